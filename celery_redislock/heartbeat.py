@@ -1,0 +1,198 @@
+"""One renewer per process that keeps every held lease alive.
+
+Every ``min(ttl) / 3`` seconds it renews **all** leases the process holds,
+one ``refresh.lua`` call per Redis client (on a Redis Cluster, one pipeline
+grouped by node), not a thread or a request per lease.
+
+Guarantees:
+
+* a lease found gone (expired, deleted, Redis restarted or failed over
+  without it) is marked lost at that beat, so within one interval;
+* a lease whose renewal cannot be confirmed (Redis down, paused, slow) is
+  marked lost when its local deadline passes (see :class:`~.lease.Lease`),
+  even while a renewal request is still hanging: the requests run on a
+  separate I/O thread;
+* Redis errors are logged and retried at the next beat; the renewer keeps going;
+* fork-safe: a forked child starts with no leases and no thread, so it never
+  renews its parent's leases;
+* :meth:`Heartbeat.stop` ends the thread (also run at interpreter exit).
+
+Not guaranteed: that a lease survives a pause of *this* process (GC, SIGSTOP)
+longer than its TTL.  The holder learns it lost the lease, but may already
+have acted; only a fencing token checked by the resource makes that safe.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from .lease import Lease
+from .scripts import REFRESH
+
+__all__ = ["HEARTBEAT", "Heartbeat", "refresh_leases"]
+
+log = logging.getLogger("celery_redislock")
+
+BATCH_SIZE = 500
+MIN_INTERVAL = 0.005
+
+
+def _is_cluster(client: Any) -> bool:
+    return hasattr(client, "get_node_from_key")
+
+
+def refresh_leases(client: Any, leases: list[Lease], ttls: list[float] | None = None) -> list[int]:
+    """Renew ``leases`` (all on ``client``) in as few round trips as possible.
+
+    Returns, per lease, the new remaining lease in ms, or 0 if it was gone.
+    """
+    ttls = ttls or [lease.ttl for lease in leases]
+    results: list[int] = []
+    if _is_cluster(client):
+        # Each call must stay within one slot; the cluster pipeline sends one
+        # request per node.
+        REFRESH.ensure_loaded(client)
+        pipe = client.pipeline()
+        for lease, ttl in zip(leases, ttls, strict=True):
+            REFRESH.queue(pipe, [lease.keys.holders, lease.keys.info], [lease.owner, _ms(ttl)])
+        return [int(reply[0]) for reply in pipe.execute()]
+    for start in range(0, len(leases), BATCH_SIZE):
+        keys: list[str] = []
+        args: list[Any] = []
+        chunk = slice(start, start + BATCH_SIZE)
+        for lease, ttl in zip(leases[chunk], ttls[chunk], strict=True):
+            keys += [lease.keys.holders, lease.keys.info]
+            args += [lease.owner, _ms(ttl)]
+        results += [int(r) for r in REFRESH(client, keys, args)]
+    return results
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+class Heartbeat:
+    """The per-process renewer.  Use the module-level :data:`HEARTBEAT`."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._leases: dict[int, Lease] = {}
+        self._thread: threading.Thread | None = None
+        self._io: ThreadPoolExecutor | None = None
+        self._stopping = False
+        self.beats = 0
+
+    # -- registration -------------------------------------------------------
+
+    def add(self, lease: Lease) -> None:
+        with self._cond:
+            self._leases[id(lease)] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._stopping = False
+                self._thread = threading.Thread(
+                    target=self._run, name="redislock-heartbeat", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def discard(self, lease: Lease) -> None:
+        with self._cond:
+            self._leases.pop(id(lease), None)
+
+    def leases(self) -> list[Lease]:
+        with self._cond:
+            return list(self._leases.values())
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop renewing (the leases then expire by their TTL) and end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            thread, io = self._thread, self._io
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        if io is not None:
+            io.shutdown(wait=False, cancel_futures=True)
+        with self._cond:
+            self._thread = None
+            self._io = None
+
+    # -- the loop -----------------------------------------------------------
+
+    def _run(self) -> None:
+        last_beat = time.monotonic()
+        while True:
+            with self._cond:
+                while not self._stopping:
+                    if self._leases:
+                        interval = max(
+                            MIN_INTERVAL, min(lease.ttl for lease in self._leases.values()) / 3
+                        )
+                        wait = last_beat + interval - time.monotonic()
+                        if wait <= 0:
+                            break
+                        self._cond.wait(wait)
+                    else:
+                        self._cond.wait()
+                        last_beat = time.monotonic()
+                if self._stopping:
+                    return
+                leases = list(self._leases.values())
+            last_beat = time.monotonic()
+            self._beat(leases)
+            self._expire_overdue(leases)
+            self.beats += 1
+
+    def _beat(self, leases: list[Lease]) -> None:
+        if self._io is None:
+            self._io = ThreadPoolExecutor(1, thread_name_prefix="redislock-heartbeat-io")
+        future: Future[None] = self._io.submit(self._renew, leases)
+        while True:
+            pending = [lease.valid_until for lease in leases if not lease.lost]
+            timeout = max(0.0, min(pending) - time.monotonic()) if pending else None
+            try:
+                future.result(timeout=timeout)
+                return
+            except FutureTimeout:
+                self._expire_overdue(leases)
+            except Exception as exc:
+                log.warning("lease renewal failed, retrying at the next beat: %r", exc)
+                return
+
+    def _renew(self, leases: list[Lease]) -> None:
+        by_client: dict[int, list[Lease]] = {}
+        for lease in leases:
+            by_client.setdefault(id(lease.client), []).append(lease)
+        for group in by_client.values():
+            sent_at = time.monotonic()
+            for lease, remaining_ms in zip(
+                group, refresh_leases(group[0].client, group), strict=True
+            ):
+                if remaining_ms > 0:
+                    lease.confirm(sent_at)
+                elif lease.mark_lost("gone at renewal: expired, deleted, or Redis lost its data"):
+                    self.discard(lease)
+
+    def _expire_overdue(self, leases: Iterable[Lease]) -> None:
+        now = time.monotonic()
+        for lease in leases:
+            if now >= lease.valid_until and lease.mark_lost(
+                "renewal not confirmed within its ttl (Redis unreachable, paused or slow)"
+            ):
+                self.discard(lease)
+
+
+HEARTBEAT = Heartbeat()
+os.register_at_fork(after_in_child=HEARTBEAT._reset)
+atexit.register(HEARTBEAT.stop)

@@ -1,0 +1,82 @@
+"""A distributed mutual-exclusion lock with fencing tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .keys import DEFAULT_PREFIX
+from .lease import LostCallback
+from .leaseset import LeaseSet
+
+__all__ = ["RedisLock"]
+
+
+class RedisLock(LeaseSet):
+    """A lock on ``name``: at most one holder at a time.
+
+    ::
+
+        lock = RedisLock(redis.Redis(), "report:42", ttl=30)
+        with lock:                       # waits, FIFO, woken by the release
+            write_report(fence=lock.token)
+
+    Guarantees (single Redis primary):
+
+    * at most one unexpired lease per name, checked by Redis time: client
+      clocks play no part;
+    * acquire and release are one Lua script (one round trip) each; only the
+      acquisition's random 128-bit owner id can release or refresh;
+    * ``token`` strictly increases with every acquisition of the name, also
+      across expiry of the fence key and a restart of Redis (see keys.py);
+    * waiters are served first-come, first-served and woken by the release
+      (no polling); a lost wake-up delays a waiter by at most the holder's
+      remaining lease;
+    * the per-process heartbeat renews the lease every ttl/3 while held,
+      so the TTL only matters when the holder dies or stalls; a loss is
+      reported through ``owned()``, ``on_lost`` and a warning;
+    * after release nothing is left in Redis but the ``fence`` counter,
+      which expires 10 minutes after the last acquisition.
+
+    Not guaranteed: exclusion against a holder that stalled (GC pause,
+    SIGSTOP, partition) longer than its TTL, or across a failover that lost
+    the lease.  The protected resource must reject writes whose fencing token
+    is lower than one it has seen.
+
+    ``blocking_timeout`` is what ``with lock:`` waits (None: forever; 0: do
+    not wait).  ``on_lost(lease)`` is called, from the heartbeat thread, when
+    a held lease is found lost.  ``meta`` is stored with the lease for
+    inspection (host and pid are added).  ``owner_prefix`` starts every owner
+    id of this instance (for finding a dead holder's leases, e.g. by task id).
+    """
+
+    _default_blocking = True
+    _default_blocking_timeout = None
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl: float = 30.0,
+        prefix: str = DEFAULT_PREFIX,
+        blocking_timeout: float | object | None = ...,
+        on_lost: LostCallback | None = None,
+        meta: Mapping[str, Any] | None = None,
+        owner_prefix: str = "",
+    ) -> None:
+        super().__init__(
+            client,
+            name,
+            1,
+            ttl=ttl,
+            prefix=prefix,
+            blocking_timeout=blocking_timeout,
+            on_lost=on_lost,
+            meta=meta,
+            owner_prefix=owner_prefix,
+        )
+
+    def locked(self) -> bool:
+        """Whether anyone (this instance or another) holds the lock, from Redis."""
+        return bool(self.holders())

@@ -1,0 +1,57 @@
+-- acquire.lua: take a slot now, or (when asked to wait) join the FIFO queue.
+-- KEYS: the six keys of common.lua.
+-- ARGV[1] owner       random 128-bit hex id of this acquisition
+-- ARGV[2] limit       slots in the set (1 for a lock)
+-- ARGV[3] ttl_ms      lease length
+-- ARGV[4] meta        opaque holder description (JSON), stored for inspection
+-- ARGV[5] wait        "1": enqueue/refresh our place in the queue if not granted
+-- ARGV[6] wait_ms     how long a queue entry lives without being renewed
+-- Returns {1, token, ttl_ms} when `owner` holds a slot (also when a hand-off
+-- made it a holder before it asked again), else {0, retry_in_ms}: when to ask
+-- again at the latest if no hand-off arrives (earliest holder expiry).
+-- A caller is granted only while fewer than `limit` hold and no live waiter
+-- queued before it is still waiting: newcomers never barge past the queue.
+
+local owner, limit, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local meta, wait, wait_ms = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
+
+-- A hand-off (ours or one promote() makes now) shows as us being a holder.
+local function held_reply()
+  local mine = redis.call('ZSCORE', HOLDERS, owner)
+  if mine and tonumber(mine) > NOW_MS then
+    redis.call('DEL', WAKE .. owner)
+    local token = string.match(redis.call('HGET', INFO, owner) or '0', '^(%d+)')
+    return {1, tonumber(token), tonumber(mine) - NOW_MS}
+  end
+  return nil
+end
+
+local reply = held_reply()
+if reply then return reply end
+
+purge_expired_holders()
+promote(limit, wait_ms)
+reply = held_reply()
+if reply then return reply end
+
+-- promote() leaves a free slot only when no live waiter is queued.
+if redis.call('ZCARD', HOLDERS) < limit then
+  local token = add_holder(owner, ttl_ms, meta)
+  fit_holder_ttl()
+  return {1, token, ttl_ms}
+end
+
+fit_holder_ttl()
+if wait then
+  if not redis.call('ZSCORE', QUEUE, owner) then
+    redis.call('ZADD', QUEUE, NOW_US, owner)
+  end
+  redis.call('HSET', QINFO, owner, string.format('%d:%d:', NOW_MS + wait_ms, ttl_ms) .. meta)
+  if redis.call('PTTL', QUEUE) < wait_ms then
+    redis.call('PEXPIRE', QUEUE, wait_ms)
+    redis.call('PEXPIRE', QINFO, wait_ms)
+  end
+end
+local retry_in = earliest_expiry_in()
+if retry_in == 0 then retry_in = wait_ms end
+return {0, retry_in}

