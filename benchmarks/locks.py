@@ -1,0 +1,178 @@
+"""Part 1: lock micro-benchmarks (uncontended speed, hand-off, fairness, commands).
+
+Every scenario runs in spawned processes of one :class:`~.common.Fleet`
+against the same Redis; each contender gets a fresh lock name per run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from . import common
+from .contenders import LOCKS
+
+
+@dataclass(frozen=True)
+class LockParams:
+    runs: int = 3
+    uncontended_s: float = 2.0
+    handoff_waiters: int = 16
+    handoff_s: float = 3.0
+    fair_procs: int = 32
+    fair_hold: float = 0.010
+    fair_s: float = 4.0
+    margin: float = 1.0  # time for workers to connect before a synchronised start
+
+
+QUICK = LockParams(runs=1, uncontended_s=0.5, handoff_waiters=4, handoff_s=1.0, fair_procs=6,
+                   fair_s=1.0)  # fmt: skip
+TINY = LockParams(runs=1, uncontended_s=0.2, handoff_waiters=2, handoff_s=0.2, fair_procs=3,
+                  fair_hold=0.002, fair_s=0.2, margin=0.3)  # fmt: skip
+
+
+# -- work done inside fleet workers ----------------------------------------------
+
+
+def uncontended_worker(url: str, contender: str, name: str, seconds: float) -> dict[str, Any]:
+    conn = common.client(url)
+    lock = LOCKS[contender](conn, name)
+    lock.acquire()  # warm up: connection, script loading
+    lock.release()
+    sent0 = common.sent_commands()
+    cycles = 0
+    started = time.perf_counter()
+    end = started + seconds
+    while time.perf_counter() < end:
+        lock.acquire()
+        lock.release()
+        cycles += 1
+    elapsed = time.perf_counter() - started
+    return {"cycles": cycles, "elapsed": elapsed, "sent": common.sent_commands() - sent0}
+
+
+def handoff_worker(
+    url: str, contender: str, name: str, start_at: float, stop_at: float
+) -> dict[str, Any]:
+    """Acquire, note the hand-off delay since the previous holder's release, release, repeat.
+
+    The previous release time and holder pid live in the fleet's shared array;
+    only the lock holder touches them, so a correct lock needs no other guard.
+    """
+    values = common.shared().values
+    me = float(common.pid())
+    conn = common.client(url)
+    lock = LOCKS[contender](conn, name)
+    conn.ping()
+    common.sleep_until(start_at)
+    latencies: list[float] = []
+    own = acquisitions = 0
+    while time.monotonic() < stop_at:
+        lock.acquire()
+        now = time.monotonic()
+        if values[0] > 0:
+            if values[1] != me:
+                latencies.append(now - values[0])
+            else:
+                own += 1
+        acquisitions += 1
+        values[1] = me
+        values[0] = time.monotonic()
+        lock.release()
+    return {"latencies": latencies, "own": own, "acquisitions": acquisitions}
+
+
+def fairness_worker(
+    url: str, contender: str, name: str, hold: float, start_at: float, stop_at: float
+) -> dict[str, Any]:
+    conn = common.client(url)
+    lock = LOCKS[contender](conn, name)
+    conn.ping()
+    common.sleep_until(start_at)
+    sent0 = common.sent_commands()
+    count = 0
+    while time.monotonic() < stop_at:
+        lock.acquire()
+        time.sleep(hold)
+        lock.release()
+        count += 1
+    return {"count": count, "sent": common.sent_commands() - sent0}
+
+
+# -- orchestration ------------------------------------------------------------------
+
+
+def _name() -> str:
+    return "lock-" + uuid.uuid4().hex[:12]
+
+
+def run(url: str, params: LockParams, fleet: common.Fleet, log: Any = print) -> dict[str, Any]:
+    """All lock scenarios for every contender; medians over ``params.runs``."""
+    admin = common.client(url)
+    results: dict[str, Any] = {"params": params.__dict__, "contenders": {}}
+    for contender in LOCKS:
+        log(f"  locks: {contender}")
+        uncontended, handoff, fairness = [], [], []
+        for _ in range(params.runs):
+            common.reset_stats(admin)
+            (res,) = fleet.run(
+                uncontended_worker, [(url, contender, _name(), params.uncontended_s)]
+            )
+            server = sum(common.command_calls(admin).values())
+            uncontended.append(
+                {
+                    "cycles_per_s": res["cycles"] / res["elapsed"],
+                    "client_cmds_per_acq": res["sent"] / max(res["cycles"], 1),
+                    "server_cmds_per_acq": server / max(res["cycles"], 1),
+                }
+            )
+            handoff.append(_handoff_run(url, contender, params, fleet))
+            fairness.append(_fairness_run(url, contender, params, fleet, admin))
+        results["contenders"][contender] = {
+            "uncontended": common.median_of_runs(uncontended),
+            "handoff": common.median_of_runs(handoff),
+            "fairness": common.median_of_runs(fairness),
+        }
+    return results
+
+
+def _handoff_run(url: str, contender: str, params: LockParams, fleet: common.Fleet) -> Any:
+    name = _name()
+    start = common.start_time(params.margin)
+    stop = start + params.handoff_s
+    n = params.handoff_waiters + 1  # one holder and 16 waiting behind it
+    out = fleet.run(handoff_worker, [(url, contender, name, start, stop)] * n)
+    latencies = [x for r in out for x in r["latencies"]]
+    acquisitions = sum(r["acquisitions"] for r in out)
+    return {
+        "p50_ms": common.percentile(latencies, 0.50) * 1000,
+        "p99_ms": common.percentile(latencies, 0.99) * 1000,
+        "handoffs": len(latencies),
+        "self_reacquire_pct": 100 * sum(r["own"] for r in out) / max(acquisitions, 1),
+    }
+
+
+def _fairness_run(
+    url: str, contender: str, params: LockParams, fleet: common.Fleet, admin: Any
+) -> Any:
+    name = _name()
+    common.reset_stats(admin)
+    start = common.start_time(params.margin)
+    stop = start + params.fair_s
+    n = params.fair_procs
+    out = fleet.run(fairness_worker, [(url, contender, name, params.fair_hold, start, stop)] * n)
+    server = sum(common.command_calls(admin).values())
+    counts = [r["count"] for r in out]
+    total = sum(counts)
+    mean = total / n
+    return {
+        "total": total,
+        "per_s": total / params.fair_s,
+        "min": min(counts),
+        "max": max(counts),
+        "min_over_mean": min(counts) / mean if mean else 0.0,
+        "client_cmds_per_acq": sum(r["sent"] for r in out) / max(total, 1),
+        "server_cmds_per_acq": server / max(total, 1),
+    }
