@@ -24,7 +24,7 @@ class LockParams:
     fair_procs: int = 32
     fair_hold: float = 0.010
     fair_s: float = 4.0
-    margin: float = 1.0  # time for workers to connect before a synchronised start
+    margin: float = 0.5  # time for workers to connect before a synchronised start
 
 
 QUICK = LockParams(runs=1, uncontended_s=0.5, handoff_waiters=4, handoff_s=1.0, fair_procs=6,

@@ -40,7 +40,7 @@ class MarketParams:
     runs: int = 3
     seconds: float = 3.0
     configs: tuple[tuple[int, int], ...] = ((1, 1), (5, 1), (5, 5))
-    margin: float = 1.0
+    margin: float = 0.5
 
 
 QUICK = MarketParams(runs=1, seconds=0.7)

@@ -29,7 +29,7 @@ class SemaphoreParams:
     hold: float = 0.001
     clients: tuple[int, ...] = (1, 32)
     seconds: float = 2.0
-    margin: float = 1.0
+    margin: float = 0.5
 
 
 QUICK = SemaphoreParams(runs=1, clients=(1, 6), seconds=0.7)

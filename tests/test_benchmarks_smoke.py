@@ -115,3 +115,21 @@ def test_report_and_chart(results: dict[str, Any], tmp_path: Path) -> None:
         assert name in text
     report.chart(results, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_celery_part(server: RedisServer) -> None:
+    from benchmarks import celery_bench
+
+    result = celery_bench.run(server.url, celery_bench.TINY, lambda msg: None)
+    throughput = result["throughput"]
+    assert set(throughput) == {"plain Task", "LockedTask", "SemaphoreTask"}
+    for name, row in throughput.items():
+        assert row["tasks_per_s"] > 0, name
+    # the guarded tasks send exactly acquire + release to the lock store
+    assert throughput["plain Task"]["evalsha_per_task"] < 0.5
+    assert throughput["LockedTask"]["evalsha_per_task"] == pytest.approx(2, abs=0.5)
+    hb = result["heartbeat"]
+    assert hb["refresh_calls"] >= 1 and hb["lost"] == 0
+    assert hb["refresh_calls"] < hb["leases"]  # batched: not one call per lease
+    crash = result["crash"]["celery-redislock LockedTask"]
+    assert crash["free_after_s"] is not None and crash["free_after_s"] < crash["ttl_s"]
