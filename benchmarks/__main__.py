@@ -2,7 +2,9 @@
 
 Starts a throwaway redis-server (or uses ``REDIS_URL``) so every contender
 runs against the same server in one run.  Writes ``results.json``,
-``chart.png`` and ``README.md`` (the tables) under ``--out``.
+``chart.png`` and ``README.md`` (the tables) under ``--out``; a full run of
+every part into the default directory also refreshes the tables in the
+project README's benchmarks section.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     (out / "README.md").write_text(text)
     report.chart(results, out / "chart.png")
     print(text)
+    full = not args.quick and set(args.only) == set(PARTS) and args.out is None
+    if full and report.update_readme(HERE.parent / "README.md", text):
+        log("updated the benchmarks section of README.md")
     log(f"wrote {out}/results.json, README.md, chart.png in {results['elapsed_s']:.0f} s")
     return 0
 

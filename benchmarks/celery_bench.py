@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from celery_redislock import RedisLock
+from celery_redislock import HEARTBEAT, RedisLock
 
 from . import common
 
@@ -137,11 +137,18 @@ def heartbeat_cost(url: str, params: CeleryParams, admin: Any) -> dict[str, Any]
     for lease in leases:
         lease.acquire()
     try:
+        # Count from just after one beat to just after the k-th beat after it,
+        # so every renewal call in the window belongs to a counted beat.
+        k = max(1, round(params.heartbeat_window / (params.heartbeat_ttl / 3)))
+        first = HEARTBEAT.beats
+        _wait(lambda: HEARTBEAT.beats > first, 3 * params.heartbeat_ttl, "a heartbeat", 0.002)
         common.reset_stats(admin)
-        sent0 = common.sent_commands()
-        time.sleep(params.heartbeat_window)
+        sent0, beats0, started = common.sent_commands(), HEARTBEAT.beats, time.monotonic()
+        _wait(lambda: HEARTBEAT.beats >= beats0 + k, 3 * params.heartbeat_window, "heartbeats",
+              0.002)  # fmt: skip
         calls = common.command_calls(admin)
-        sent = common.sent_commands() - sent0
+        sent, beats = common.sent_commands() - sent0, HEARTBEAT.beats - beats0
+        window = time.monotonic() - started
         lost = sum(not lease.owned() for lease in leases)
     finally:
         for lease in leases:
@@ -153,10 +160,12 @@ def heartbeat_cost(url: str, params: CeleryParams, admin: Any) -> dict[str, Any]
         "leases": params.heartbeat_leases,
         "ttl_s": params.heartbeat_ttl,
         "interval_s": interval,
-        "window_s": params.heartbeat_window,
+        "window_s": window,
         "refresh_calls": refreshes,
         "client_commands": sent,
-        "calls_per_interval": refreshes / (params.heartbeat_window / interval),
+        "calls_per_interval": refreshes / (window / interval),
+        "beats": beats,
+        "calls_per_beat": refreshes / max(beats, 1),
         "lost": lost,
     }
 

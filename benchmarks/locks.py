@@ -109,33 +109,39 @@ def _name() -> str:
 
 
 def run(url: str, params: LockParams, fleet: common.Fleet, log: Any = print) -> dict[str, Any]:
-    """All lock scenarios for every contender; medians over ``params.runs``."""
+    """All lock scenarios for every contender; medians over ``params.runs``.
+
+    Runs are interleaved (run 1 of every contender, then run 2, ...), so a
+    change in machine load during the benchmark hits every contender alike.
+    """
     admin = common.client(url)
-    results: dict[str, Any] = {"params": params.__dict__, "contenders": {}}
-    for contender in LOCKS:
-        log(f"  locks: {contender}")
-        uncontended, handoff, fairness = [], [], []
-        for _ in range(params.runs):
+    raw: dict[str, dict[str, list[Any]]] = {
+        c: {"uncontended": [], "handoff": [], "fairness": []} for c in LOCKS
+    }
+    for run_no in range(params.runs):
+        for contender, rows in raw.items():
+            log(f"  locks: {contender} (run {run_no + 1}/{params.runs})")
             common.reset_stats(admin)
             (res,) = fleet.run(
                 uncontended_worker, [(url, contender, _name(), params.uncontended_s)]
             )
             server = sum(common.command_calls(admin).values())
-            uncontended.append(
+            rows["uncontended"].append(
                 {
                     "cycles_per_s": res["cycles"] / res["elapsed"],
                     "client_cmds_per_acq": res["sent"] / max(res["cycles"], 1),
                     "server_cmds_per_acq": server / max(res["cycles"], 1),
                 }
             )
-            handoff.append(_handoff_run(url, contender, params, fleet))
-            fairness.append(_fairness_run(url, contender, params, fleet, admin))
-        results["contenders"][contender] = {
-            "uncontended": common.median_of_runs(uncontended),
-            "handoff": common.median_of_runs(handoff),
-            "fairness": common.median_of_runs(fairness),
-        }
-    return results
+            rows["handoff"].append(_handoff_run(url, contender, params, fleet))
+            rows["fairness"].append(_fairness_run(url, contender, params, fleet, admin))
+    return {
+        "params": params.__dict__,
+        "contenders": {
+            contender: {part: common.median_of_runs(runs) for part, runs in rows.items()}
+            for contender, rows in raw.items()
+        },
+    }
 
 
 def _handoff_run(url: str, contender: str, params: LockParams, fleet: common.Fleet) -> Any:

@@ -37,7 +37,7 @@ from . import common, seeds
 
 @dataclass(frozen=True)
 class MarketParams:
-    runs: int = 3
+    runs: int = 5
     seconds: float = 3.0
     configs: tuple[tuple[int, int], ...] = ((1, 1), (5, 1), (5, 5))
     margin: float = 0.5
@@ -308,12 +308,17 @@ def _cleanup(url: str, prefix: str) -> None:
 
 
 def run(url: str, params: MarketParams, fleet: common.Fleet, log: Any = print) -> dict[str, Any]:
-    results: dict[str, Any] = {"params": params.__dict__, "rows": []}
-    for sellers, buyers in params.configs:
-        for mode in MODES:
-            log(f"  market: {sellers} seller(s), {buyers} buyer(s), {mode}")
-            runs = [measure(url, mode, sellers, buyers, params, fleet) for _ in range(params.runs)]
-            row = common.median_of_runs(runs)
-            row.update(sellers=sellers, buyers=buyers, mode=mode)
-            results["rows"].append(row)
-    return results
+    """Every load and method; runs interleaved across methods."""
+    raw: dict[tuple[int, int, str], list[dict[str, Any]]] = {
+        (s, b, m): [] for s, b in params.configs for m in MODES
+    }
+    for run_no in range(params.runs):
+        for (sellers, buyers, mode), runs in raw.items():
+            log(f"  market: {sellers}/{buyers}, {mode} (run {run_no + 1}/{params.runs})")
+            runs.append(measure(url, mode, sellers, buyers, params, fleet))
+    rows = []
+    for (sellers, buyers, mode), runs in raw.items():
+        row = common.median_of_runs(runs)
+        row.update(sellers=sellers, buyers=buyers, mode=mode)
+        rows.append(row)
+    return {"params": params.__dict__, "rows": rows}

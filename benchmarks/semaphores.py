@@ -94,12 +94,19 @@ def measure(
 
 
 def run(url: str, params: SemaphoreParams, fleet: common.Fleet, log: Any = print) -> dict[str, Any]:
+    """Every contender at every client count; runs interleaved across contenders."""
+    raw: dict[str, dict[int, list[dict[str, Any]]]] = {
+        c: {n: [] for n in params.clients} for c in SEMAPHORES
+    }
+    for run_no in range(params.runs):
+        for contender, by_clients in raw.items():
+            log(f"  semaphores: {contender} (run {run_no + 1}/{params.runs})")
+            for clients, runs in by_clients.items():
+                runs.append(measure(url, contender, clients, params, fleet))
     results: dict[str, Any] = {"params": params.__dict__, "contenders": {}}
-    for contender in SEMAPHORES:
-        log(f"  semaphores: {contender}")
+    for contender, by_clients in raw.items():
         rows: dict[str, Any] = {}
-        for clients in params.clients:
-            runs = [measure(url, contender, clients, params, fleet) for _ in range(params.runs)]
+        for clients, runs in by_clients.items():
             row = common.median_of_runs(runs)
             # one over-limit incident in any run fails the contender
             row["max_concurrency"] = max(r["max_concurrency"] for r in runs)
