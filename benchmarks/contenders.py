@@ -4,8 +4,8 @@ Locks: ``acquire()`` blocks until held, ``release()`` gives it back.
 Semaphores: ``acquire() -> bool`` (one attempt, or our FIFO wait where the
 row says so), ``release() -> bool`` (False: the holder had lost its slot).
 
-All locks get the same 30 s TTL; every other option is the library default,
-because the defaults are what users get.
+All locks get the same 30 s TTL (``ttl=None``: the library's default TTL);
+every other option is the library default, because defaults are what users get.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ TTL = 30
 
 
 class Lock(Protocol):
+    def __init__(self, conn: redis.Redis, name: str, ttl: float | None = TTL) -> None: ...
     def acquire(self) -> None: ...
     def release(self) -> None: ...
 
@@ -36,8 +37,9 @@ class Semaphore(Protocol):
 
 
 class Ours:
-    def __init__(self, conn: redis.Redis, name: str) -> None:
-        self.lock = RedisLock(conn, name, ttl=TTL, prefix="bench")
+    def __init__(self, conn: redis.Redis, name: str, ttl: float | None = TTL) -> None:
+        options: dict[str, Any] = {"ttl": ttl} if ttl else {}
+        self.lock = RedisLock(conn, name, prefix="bench", **options)
 
     def acquire(self) -> None:
         self.lock.acquire()
@@ -49,8 +51,8 @@ class Ours:
 class RedisPy:
     """redis-py's ``redis.lock.Lock``: SET NX PX, polls every 0.1 s (default ``sleep``)."""
 
-    def __init__(self, conn: redis.Redis, name: str) -> None:
-        self.lock = conn.lock("redispy:" + name, timeout=TTL)
+    def __init__(self, conn: redis.Redis, name: str, ttl: float | None = TTL) -> None:
+        self.lock = conn.lock("redispy:" + name, timeout=ttl)
 
     def acquire(self) -> None:
         if not self.lock.acquire(blocking=True):
@@ -63,10 +65,10 @@ class RedisPy:
 class PythonRedisLock:
     """python-redis-lock: SET NX EX, waiters BLPOP a signal list."""
 
-    def __init__(self, conn: redis.Redis, name: str) -> None:
+    def __init__(self, conn: redis.Redis, name: str, ttl: float | None = TTL) -> None:
         import redis_lock  # type: ignore[import-untyped]
 
-        self.lock = redis_lock.Lock(conn, "prl:" + name, expire=TTL)
+        self.lock = redis_lock.Lock(conn, "prl:" + name, expire=ttl)
 
     def acquire(self) -> None:
         if not self.lock.acquire(blocking=True):
@@ -79,10 +81,11 @@ class PythonRedisLock:
 class Pottery:
     """pottery's ``Redlock`` with one master: retries after a random 0-0.2 s sleep."""
 
-    def __init__(self, conn: redis.Redis, name: str) -> None:
+    def __init__(self, conn: redis.Redis, name: str, ttl: float | None = TTL) -> None:
         from pottery import Redlock
 
-        self.lock = Redlock(key="pottery:" + name, masters={conn}, auto_release_time=TTL)
+        options: dict[str, Any] = {"auto_release_time": ttl} if ttl else {}
+        self.lock = Redlock(key="pottery:" + name, masters={conn}, **options)
 
     def acquire(self) -> None:
         if not self.lock.acquire(blocking=True, timeout=-1):
@@ -95,14 +98,15 @@ class Pottery:
 class Seed:
     """Seed 000: ``acquire_lock_with_timeout`` (SETNX, EXPIRE, 1 ms poll) + ``release_lock``."""
 
-    def __init__(self, conn: redis.Redis, name: str) -> None:
+    def __init__(self, conn: redis.Redis, name: str, ttl: float | None = TTL) -> None:
         self.conn = conn
         self.name = "seed:" + name
         self.identifier = ""
+        self.options = {"lock_timeout": ttl} if ttl else {}
 
     def acquire(self) -> None:
         while True:  # the seed gives up after acquire_timeout (10 s); we ask again
-            got = seeds.acquire_lock_with_timeout(self.conn, self.name, lock_timeout=TTL)
+            got = seeds.acquire_lock_with_timeout(self.conn, self.name, **self.options)
             if got:
                 self.identifier = str(got)
                 return
@@ -112,7 +116,7 @@ class Seed:
 
 
 OURS = "celery-redislock RedisLock"
-LOCKS: dict[str, Callable[[redis.Redis, str], Lock]] = {
+LOCKS: dict[str, type[Lock]] = {
     OURS: Ours,
     "redis-py Lock": RedisPy,
     "python-redis-lock": PythonRedisLock,

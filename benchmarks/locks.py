@@ -6,6 +6,7 @@ against the same Redis; each contender gets a fresh lock name per run.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,12 +26,13 @@ class LockParams:
     fair_hold: float = 0.010
     fair_s: float = 4.0
     margin: float = 0.5  # time for workers to connect before a synchronised start
+    crash: bool = True  # also measure what a SIGKILLed holder leaves behind
 
 
 QUICK = LockParams(runs=1, uncontended_s=0.5, handoff_waiters=4, handoff_s=1.0, fair_procs=6,
                    fair_s=1.0)  # fmt: skip
 TINY = LockParams(runs=1, uncontended_s=0.2, handoff_waiters=2, handoff_s=0.2, fair_procs=3,
-                  fair_hold=0.002, fair_s=0.2, margin=0.3)  # fmt: skip
+                  fair_hold=0.002, fair_s=0.2, margin=0.3, crash=False)  # fmt: skip
 
 
 # -- work done inside fleet workers ----------------------------------------------
@@ -135,12 +137,53 @@ def run(url: str, params: LockParams, fleet: common.Fleet, log: Any = print) -> 
             )
             rows["handoff"].append(_handoff_run(url, contender, params, fleet))
             rows["fairness"].append(_fairness_run(url, contender, params, fleet, admin))
-    return {
+    results: dict[str, Any] = {
         "params": params.__dict__,
         "contenders": {
             contender: {part: common.median_of_runs(runs) for part, runs in rows.items()}
             for contender, rows in raw.items()
         },
+    }
+    if params.crash:
+        for contender, rows in results["contenders"].items():
+            log(f"  locks: {contender}, holder SIGKILLed")
+            rows["crash"] = left_behind(url, contender)
+    return results
+
+
+def _hold_until_killed(url: str, contender: str, name: str, ready: Any) -> None:
+    lock = LOCKS[contender](common.client(url), name, None)  # the library's default TTL
+    lock.acquire()
+    ready.set()
+    time.sleep(3600)
+
+
+def left_behind(url: str, contender: str) -> dict[str, Any]:
+    """SIGKILL a process holding the lock (library defaults); how long is it still held?
+
+    ``expires_in_s`` is the longest remaining TTL among the lock's keys (our
+    fencing counter excluded: it is not the lock), None when a key never expires.
+    """
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    name = _name()
+    proc = ctx.Process(target=_hold_until_killed, args=(url, contender, name, ready), daemon=True)
+    proc.start()
+    try:
+        if not ready.wait(120):
+            raise TimeoutError(f"{contender}: the holder did not acquire in 120 s")
+    finally:
+        proc.kill()
+        proc.join(10)
+    admin = common.client(url)
+    keys = [k for k in admin.scan_iter(match=f"*{name}*") if not k.endswith(b":fence")]
+    ttls = [admin.pttl(k) for k in keys]
+    admin.delete(*keys) if keys else None
+    forever = any(t == -1 for t in ttls)
+    return {
+        "held": bool(keys),
+        "expires_in_s": None if forever or not ttls else max(ttls) / 1000,
+        "never_expires": forever,
     }
 
 

@@ -101,6 +101,25 @@ def locks_section(r: dict[str, Any]) -> str:
         ],
         rows,
     )
+    crash = ""
+    if all("crash" in v for v in c.values()):
+        rows = []
+        for name, v in c.items():
+            cr = v["crash"]
+            if not cr["held"]:
+                left = "nothing"
+            elif cr["never_expires"]:
+                left = "the lock, **with no expiry** (held until someone deletes it)"
+            else:
+                left = f"the lock, for another {cr['expires_in_s']:.0f} s (its TTL)"
+            rows.append([f"**{name}**" if name == OURS else name, left])
+        crash = (
+            "\n#### Locks: a holder SIGKILLed, library defaults (no TTL argument)\n\n"
+            + _table(["lock", "left behind in Redis"], rows)
+            + "\nOurs renews the lease while the holder lives, so its default TTL only "
+            "bounds how long a dead holder blocks; in a Celery worker the main process "
+            "releases a killed child's lease at once (see the Celery part).\n"
+        )
     return (
         f"#### Locks: speed and hand-off (medians of {p['runs']} runs)\n\n{speed}\n"
         f"Hand-off = the releaser's `release()` call to the next holder's `acquire()` return, "
@@ -109,7 +128,7 @@ def locks_section(r: dict[str, Any]) -> str:
         f"#### Locks: fairness under contention ({p['fair_procs']} processes, "
         f"{p['fair_hold'] * 1000:g} ms hold, {p['fair_s']:g} s)\n\n{fair}\n"
         "'Commands sent' counts what the clients sent (an EVALSHA is one); "
-        "`INFO commandstats` also counts the commands a Lua script runs inside Redis.\n"
+        "`INFO commandstats` also counts the commands a Lua script runs inside Redis.\n" + crash
     )
 
 

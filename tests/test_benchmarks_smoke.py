@@ -133,3 +133,12 @@ def test_celery_part(server: RedisServer) -> None:
     assert hb["refresh_calls"] < hb["leases"]  # batched: not one call per lease
     crash = result["crash"]["celery-redislock LockedTask"]
     assert crash["free_after_s"] is not None and crash["free_after_s"] < crash["ttl_s"]
+
+
+def test_left_behind_by_a_killed_holder(server: RedisServer) -> None:
+    # redis-py's Lock has no TTL by default: a killed holder leaves it forever
+    assert locks.left_behind(server.url, "redis-py Lock") == {
+        "held": True,
+        "expires_in_s": None,
+        "never_expires": True,
+    }
