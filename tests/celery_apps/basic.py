@@ -105,11 +105,18 @@ def create_app(config: dict[str, str]) -> Celery:
         rec.event(task, key, "end", owned=lease.owned())
         return {"token": lease.token, "name": lease.name}
 
-    @app.task(bind=True, base=LockedTask, name="basic.refresh_cache", lock_key="cache:{user_id}")
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.refresh_cache",
+        lock_key="cache:{user_id}",
+    )
     def refresh_cache(self: Any, user_id: Any, duration: float = 0.5) -> Any:
         return body(self, user_id, duration)
 
     @app.task(
+        shared=False,
         bind=True,
         base=LockedTask,
         name="basic.refresh_dedupe",
@@ -120,6 +127,7 @@ def create_app(config: dict[str, str]) -> Celery:
         return body(self, user_id, duration)
 
     @app.task(
+        shared=False,
         bind=True,
         base=SemaphoreTask,
         name="basic.sync_account",
@@ -132,11 +140,15 @@ def create_app(config: dict[str, str]) -> Celery:
     def sync_account(self: Any, account_id: Any, n: int = 0, duration: float = 0.3) -> Any:
         return body(self, account_id, duration, n=n)
 
-    @app.task(bind=True, base=LockedTask, name="basic.sleeper", lock_key="sleep:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.sleeper", lock_key="sleep:{key}"
+    )
     def sleeper(self: Any, key: Any, duration: float = 1.0) -> Any:
         return body(self, key, duration)
 
-    @app.task(bind=True, base=LockedTask, name="basic.stubborn", lock_key="sleep:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.stubborn", lock_key="sleep:{key}"
+    )
     def stubborn(self: Any, key: Any, duration: float = 1.0) -> Any:
         # SIGTERM is blocked: only SIGKILL ends this body early, so nothing in
         # this process can release the lock then.
@@ -147,6 +159,7 @@ def create_app(config: dict[str, str]) -> Celery:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
     @app.task(
+        shared=False,
         bind=True,
         base=LockedTask,
         name="basic.limited_retry",
@@ -160,6 +173,7 @@ def create_app(config: dict[str, str]) -> Celery:
         return body(self, key, duration)
 
     @app.task(
+        shared=False,
         bind=True,
         base=LockedTask,
         name="basic.fail",
@@ -169,7 +183,9 @@ def create_app(config: dict[str, str]) -> Celery:
         rec.event(self, key, "start")
         raise ValueError(f"failing on purpose: {key}")
 
-    @app.task(bind=True, base=LockedTask, name="basic.retrying", lock_key="retry:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.retrying", lock_key="retry:{key}"
+    )
     def retrying(self: Any, key: Any, times: int = 1) -> Any:
         rec.event(self, key, "start", token=self.request.redislock.token)
         if self.request.retries < times:
@@ -177,6 +193,7 @@ def create_app(config: dict[str, str]) -> Celery:
         return self.request.retries
 
     @app.task(
+        shared=False,
         bind=True,
         base=LockedTask,
         name="basic.autoretrying",
@@ -191,17 +208,23 @@ def create_app(config: dict[str, str]) -> Celery:
             raise KeyError(key)
         return self.request.retries
 
-    @app.task(bind=True, base=LockedTask, name="basic.ignoring", lock_key="ignore:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.ignoring", lock_key="ignore:{key}"
+    )
     def ignoring(self: Any, key: Any) -> Any:
         rec.event(self, key, "start")
         raise Ignore()
 
-    @app.task(bind=True, base=LockedTask, name="basic.rejecting", lock_key="reject:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.rejecting", lock_key="reject:{key}"
+    )
     def rejecting(self: Any, key: Any) -> Any:
         rec.event(self, key, "start")
         raise Reject("rejecting on purpose", requeue=False)
 
-    @app.task(bind=True, base=LockedTask, name="basic.watch_lost", lock_key="lost:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.watch_lost", lock_key="lost:{key}"
+    )
     def watch_lost(self: Any, key: Any, timeout: float = 20.0) -> Any:
         lease = self.request.redislock
         rec.event(self, key, "start", token=lease.token)
