@@ -98,10 +98,17 @@ def create_app(config: dict[str, str]) -> Celery:
     rec = Recorder(redis_url, prefix)
     app.recorder = rec  # type: ignore[attr-defined]
 
-    def body(task: Any, key: object, duration: float, **data: Any) -> dict[str, Any]:
+    def body(
+        task: Any, key: object, duration: float, gate: bool = False, **data: Any
+    ) -> dict[str, Any]:
         lease = task.request.redislock
         rec.event(task, key, "start", token=lease.token, name=lease.name, **data)
-        time.sleep(duration)
+        if gate:  # run until the test opens the gate (or `duration` passes)
+            deadline = time.monotonic() + duration
+            while not rec.client.exists(f"{prefix}:gate:{key}") and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            time.sleep(duration)
         rec.event(task, key, "end", owned=lease.owned())
         return {"token": lease.token, "name": lease.name}
 
@@ -112,8 +119,8 @@ def create_app(config: dict[str, str]) -> Celery:
         name="basic.refresh_cache",
         lock_key="cache:{user_id}",
     )
-    def refresh_cache(self: Any, user_id: Any, duration: float = 0.5) -> Any:
-        return body(self, user_id, duration)
+    def refresh_cache(self: Any, user_id: Any, duration: float = 0.5, gate: bool = False) -> Any:
+        return body(self, user_id, duration, gate)
 
     @app.task(
         shared=False,
@@ -123,8 +130,8 @@ def create_app(config: dict[str, str]) -> Celery:
         lock_key="dedupe:{user_id}",
         lock_dedupe=True,
     )
-    def refresh_dedupe(self: Any, user_id: Any, duration: float = 0.5) -> Any:
-        return body(self, user_id, duration)
+    def refresh_dedupe(self: Any, user_id: Any, duration: float = 0.5, gate: bool = False) -> Any:
+        return body(self, user_id, duration, gate)
 
     @app.task(
         shared=False,
