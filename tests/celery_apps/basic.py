@@ -83,14 +83,22 @@ def create_app(config: dict[str, str]) -> Celery:
     app.conf.update(
         broker_url=config.get("broker", redis_url),
         result_backend=redis_url,
-        redislock_url=redis_url,
+        redislock_url=config.get("lock_redis", redis_url),
         redislock_prefix=prefix,
         redislock_default_ttl=float(config.get("ttl", 30)),
         task_default_queue=f"q-{prefix}",
         worker_prefetch_multiplier=int(config.get("prefetch", 1)),
         task_acks_late=config.get("acks_late") == "1",
         task_reject_on_worker_lost=config.get("acks_late") == "1",
-        broker_transport_options={"visibility_timeout": float(config.get("visibility", 3600))},
+        broker_transport_options=(
+            {
+                "visibility_timeout": float(config["visibility"]),
+                "unacked_restore_interval": 0.5,
+                "unacked_restore_throttle": 1,
+            }
+            if "visibility" in config
+            else {}
+        ),
         broker_connection_retry_on_startup=True,
         result_expires=600,
         worker_hijack_root_logger=False,
