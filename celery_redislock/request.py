@@ -40,6 +40,8 @@ from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
 from celery.worker.request import Request
 
+from .task import HEADER_DEDUPE
+
 __all__ = ["WATCHER", "ChildWatcher", "LockRequest"]
 
 log = logging.getLogger("celery_redislock")
@@ -81,6 +83,23 @@ class LockRequest(Request):  # type: ignore[misc]
         finally:
             if isinstance(exc, _CHILD_GONE):
                 self._redislock_cleanup(_reason(exc))
+
+    def revoked(self) -> bool:
+        """Celery's check; a task revoked (or expired) before it ran drops its enqueue marker."""
+        revoked = bool(super().revoked())
+        if revoked and self.request_dict.get(HEADER_DEDUPE) and not self._redislock_unmarked:
+            self._redislock_unmarked = True
+            clear = getattr(self.task, "redislock_clear_marker", None)
+            if clear is not None:
+                threading.Thread(
+                    target=clear,
+                    args=(self.id, self.args, self.kwargs),
+                    name="redislock-unmark",
+                    daemon=True,
+                ).start()
+        return revoked
+
+    _redislock_unmarked = False
 
     def terminate(self, pool: Any, signal: Any = None) -> None:
         super().terminate(pool, signal)

@@ -339,3 +339,36 @@ def test_child_sigkill_also_clears_the_enqueue_marker(
     wait_for(lambda: not redis_client.exists(marker), 10, message="marker cleared")
     wait_for(lambda: not holders(app, "basic.refresh_dedupe", key), 10, message="release")
     assert task.delay(key, 0.01).id != result.id  # accepted again
+
+
+def test_revoked_before_it_ran_clears_the_enqueue_marker(
+    app: Any, worker: WorkerProcess, key: str, config: dict[str, str], redis_client: redis.Redis
+) -> None:
+    task = app.tasks["basic.refresh_dedupe"]
+    result = task.apply_async((key, 0.01), countdown=2)
+    marker = marker_key(config["prefix"], f"dedupe:{key}")
+    assert redis_client.get(marker) == result.id.encode()
+    assert 600 < redis_client.pttl(marker) / 1000 <= 602  # TTL covers the countdown
+    result.revoke()
+    wait_for(lambda: not redis_client.exists(marker), 30, message="marker cleared")
+    wait_for(lambda: result.state == "REVOKED", 30, message="REVOKED")
+    assert app.recorder.events("refresh_dedupe", key) == []
+
+
+def test_semaphore_slot_of_a_killed_child_is_released_by_main_process(
+    app: Any, worker: WorkerProcess, key: str
+) -> None:
+    task = app.tasks["basic.sync_account"]
+    results = [task.delay(key, n, 60) for n in range(2)]
+    wait_for(lambda: len(started(app, "sync_account", key)) == 2, 60, message="both slots")
+    lease_set = task.redislock_leaseset(task.redislock_name((key,), {}))
+    assert len(lease_set.holders()) == 2
+    victim = started(app, "sync_account", key)[0]
+    os.kill(victim["pid"], signal.SIGKILL)
+    wait_for(lambda: len(lease_set.holders()) == 1, 5, message="the dead child's slot freed")
+    [survivor] = lease_set.holders()
+    assert not survivor.owner.startswith(victim["id"] + ".")  # the other task kept its slot
+    for result in results:
+        if result.id != victim["id"]:
+            result.revoke(terminate=True, signal="SIGKILL")
+    wait_for(lambda: not lease_set.holders(), 10, message="all slots free")
