@@ -30,6 +30,7 @@ pause, Redis restart): it is told (``lock_lost`` signal, warning,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -316,8 +317,10 @@ class GuardedTask(Task):  # type: ignore[misc]
             )
         except BaseException:
             if claimed and task_id is not None:
-                client, settings = client_for(self.app)
-                dedupe.clear(client, settings.prefix, name, task_id)
+                # Not published: give the key back (best effort; else its TTL does).
+                with contextlib.suppress(RedisError):
+                    client, settings = client_for(self.app)
+                    dedupe.clear(client, settings.prefix, name, task_id)
             raise
 
     # -- run time -----------------------------------------------------------
@@ -362,7 +365,8 @@ class GuardedTask(Task):  # type: ignore[misc]
 
         So the retried message can never meet this execution's lease.  With
         ``throw=False`` the body goes on running, so the lease is kept; the
-        retried run then waits for it (see "redelivery" in the README).
+        retried run finds it held by its own task id and requeues itself until
+        it is free (see "redelivery" in the README).
         """
         request = self.request
         lease_set = getattr(request, "redislock", None)
@@ -397,7 +401,9 @@ class GuardedTask(Task):  # type: ignore[misc]
                     # An earlier delivery of this very task id still holds it
                     # (redelivery after visibility_timeout, or retry(throw=False)).
                     self._redislock_contended(task_id, name, "redelivered")
-                    delay = min(max(h.expires_in for h in mine), self.lock_retry_countdown)
+                    delay = min(
+                        max(h.expires_in for h in mine), max(self.lock_retry_countdown, 0.5)
+                    ) + random.uniform(0, self.lock_retry_jitter)
                     self._redislock_requeue(request, args, kwargs, name, delay, count=False)
             blocking = policy == "wait" or (policy == "retry" and request.is_eager)
             started = time.monotonic()

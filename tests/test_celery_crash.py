@@ -80,9 +80,9 @@ def test_warm_shutdown_lets_running_tasks_finish_and_release(
 def test_redelivery_of_the_same_task_id_neither_overlaps_nor_deadlocks(
     redis_url: str, start_worker: Any, redis_client: redis.Redis
 ) -> None:
-    # acks_late and a 2 s visibility timeout: the broker hands the message out
+    # acks_late and a 4 s visibility timeout: the broker hands the message out
     # again while the first execution (gated, so as long as we like) still runs.
-    config = make_config(redis_url, acks_late="1", visibility="2")
+    config = make_config(redis_url, acks_late="1", visibility="4")
     app = create_app(config)
     start_worker(config, concurrency=3)
     result = app.tasks["basic.refresh_cache"].delay("r", 120, True)
