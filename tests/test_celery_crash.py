@@ -24,7 +24,7 @@ RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
 
 
 @pytest.fixture
-def start_worker(tmp_path: Any) -> Iterator[Any]:
+def start_worker(tmp_path: Any) -> Iterator[Any]:  # same as celery_worker_factory
     with worker_factory(tmp_path) as start:
         yield start
 

@@ -5,6 +5,12 @@ builds ``app`` from environment variables (see :func:`config_from_env`).  The
 test process builds an equal app with :func:`create_app` and the same config,
 so task names and settings match.
 
+Config keys (``REDISLOCK_TEST_<KEY>`` in the worker's environment):
+``redis`` (result backend, default broker and lock Redis), ``prefix`` (lock
+key prefix, queue name and record keys), ``broker``, ``lock_redis``, ``ttl``
+(``redislock_default_ttl``), ``prefetch``, ``acks_late`` ("1"),
+``visibility`` (Redis broker ``visibility_timeout``), ``ready_file``.
+
 Every recording task appends JSON events (``start``/``end`` with wall-clock
 time, pid, task id, retries) to ``<prefix>:rec:<task>:<key>``: assertions come
 from the task bodies themselves.  Library signals are appended to
