@@ -158,6 +158,9 @@ class ChildWatcher:
         while True:
             time.sleep(self.INTERVAL)
             with self._lock:
+                if not self._requests:
+                    self._thread = None  # idle: the next watch() starts a new one
+                    return
                 entries = list(self._requests.items())
             for key, request in entries:
                 gone = _process_gone(request.worker_pid)
