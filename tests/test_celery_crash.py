@@ -161,10 +161,11 @@ def test_rabbitmq_as_broker(redis_url: str, start_worker: Any) -> None:
     assert holders(app, "basic.sleeper", "x") == []
 
 
-def test_solo_pool(redis_url: str, start_worker: Any) -> None:
+@pytest.mark.parametrize(("pool", "concurrency"), [("solo", 1), ("threads", 4)])
+def test_other_pools(redis_url: str, start_worker: Any, pool: str, concurrency: int) -> None:
     config = make_config(redis_url)
     app = create_app(config)
-    start_worker(config, pool="solo", concurrency=1)
+    start_worker(config, pool=pool, concurrency=concurrency)
     sleeper = app.tasks["basic.sleeper"]
     assert sleeper.delay("s", 0.05).get(timeout=60)["name"] == "sleep:s"
     assert app.tasks["basic.retrying"].delay("s", 1).get(timeout=60) == 1

@@ -259,6 +259,8 @@ def test_wait_policy_runs_after_the_release(app: Any, worker: WorkerProcess, key
     first_end = next(e["t"] for e in events if e["id"] == first.id and e["what"] == "end")
     second_start = next(e["t"] for e in events if e["id"] == second.id and e["what"] == "start")
     assert second_start >= first_end
+    # Woken by the release, not by the first lease running out (TTL 30 s).
+    assert second_start - first_end < 10
 
 
 def test_wait_policy_times_out_with_lock_contended(
