@@ -172,3 +172,26 @@ def test_other_pools(redis_url: str, start_worker: Any, pool: str, concurrency: 
     assert app.tasks["basic.watch_lost"].apply_async(("s", 0.1), lock_ttl=5).get(timeout=60)
     assert holders(app, "basic.sleeper", "s") == []
     assert holders(app, "basic.retrying", "s") == []
+
+
+def test_lease_lost_when_the_lock_redis_restarts(redis_url: str, start_worker: Any) -> None:
+    with RedisServer() as locks:
+        config = make_config(redis_url, lock_redis=locks.url)
+        app = create_app(config)
+        start_worker(config, concurrency=2)
+        result = app.tasks["basic.watch_lost"].apply_async(("x", 60), lock_ttl=1.5)
+        wait_for(lambda: starts(app, "watch_lost", "x"), 60, message="task to start")
+        locks.restart()  # no persistence: every lease is gone
+        assert result.get(timeout=60) is False  # the body saw owned() turn False
+        lost = wait_for(
+            lambda: [
+                s
+                for s in app.recorder.signals()
+                if s["signal"] == "redislock_lost" and s["task_id"] == result.id
+            ],
+            10,
+            message="lock_lost",
+        )
+        assert len(lost) == 1
+        # The name is free again for others.
+        assert app.tasks["basic.sleeper"].delay("x", 0.01).get(timeout=60)["name"] == "sleep:x"
