@@ -203,14 +203,24 @@ def crash_cleanup(celery_app: Any, params: CeleryParams, admin: Any) -> dict[str
     from . import celery_app as bench_app
 
     results: dict[str, Any] = {}
-    arg = "k" + uuid.uuid4().hex[:6]
     task = bench_app.crash_ours
-    lease_set = task.redislock_leaseset(task.redislock_name((arg,), {}))
-    results["celery-redislock LockedTask"] = _crash(
-        admin, task, arg, lambda: bool(lease_set.holders()), params.crash_give_up,
-        bench_app.CRASH_TTL, "taken when the task starts, renewed by the heartbeat",
-        lambda: "-",
-    )  # fmt: skip
+    ours = []
+    for _ in range(params.runs):
+        arg = "k" + uuid.uuid4().hex[:6]
+        lease_set = task.redislock_leaseset(task.redislock_name((arg,), {}))
+        ours.append(_crash(
+            admin, task, arg, lambda ls=lease_set: bool(ls.holders()), params.crash_give_up,
+            bench_app.CRASH_TTL, "taken when the task starts, renewed by the heartbeat",
+            lambda: "-",
+        ))  # fmt: skip
+    freed = [r["free_after_s"] for r in ours if r["free_after_s"] is not None]
+    row = dict(ours[0])
+    if len(freed) == len(ours):
+        row["free_after_s"] = common.median(freed)
+    else:  # any run that was not freed in time is the row's result
+        row = next(r for r in ours if r["free_after_s"] is None)
+    row["runs"] = ours
+    results["celery-redislock LockedTask"] = row
     if not params.peers_crash:
         return results
 

@@ -271,7 +271,8 @@ def celery_section(r: dict[str, Any]) -> str:
             for name, v in crash.items()
         ]  # fmt: skip
         out.append(
-            "\n#### SIGKILL of the worker child running a locked task\n\n"
+            "\n#### SIGKILL of the worker child running a locked task (ours: median of "
+            f"{r['params']['runs']} kills)\n\n"
             + _table(["library", "lock", "lock TTL", "lock free again after"], rows)
         )
     return "\n".join(out)
