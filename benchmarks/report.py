@@ -59,6 +59,7 @@ def locks_section(r: dict[str, Any]) -> str:
                 _ratio(u["cycles_per_s"], ours["uncontended"]["cycles_per_s"]),
                 _fmt(h["p50_ms"], 2),
                 _fmt(h["p99_ms"], 2),
+                _fmt(h["handoffs"]),
                 _fmt(h["self_reacquire_pct"], 0) + " %",
                 _fmt(u["client_cmds_per_acq"], 1),
             ]
@@ -70,6 +71,7 @@ def locks_section(r: dict[str, Any]) -> str:
             "vs ours",
             f"hand-off p50 ms ({p['handoff_waiters']} waiters)",
             "hand-off p99 ms",
+            "hand-offs seen",
             "re-taken by the releaser",
             "commands / acquisition (uncontended)",
         ],
@@ -124,7 +126,8 @@ def locks_section(r: dict[str, Any]) -> str:
         f"#### Locks: speed and hand-off (medians of {p['runs']} runs)\n\n{speed}\n"
         f"Hand-off = the releaser's `release()` call to the next holder's `acquire()` return, "
         f"in another process; 're-taken by the releaser' = acquisitions that went back to the "
-        f"process that had just released (barging).\n\n"
+        f"process that had just released (barging): a lock that is rarely handed over has "
+        f"few hand-offs to measure, and starves the other processes instead.\n\n"
         f"#### Locks: fairness under contention ({p['fair_procs']} processes, "
         f"{p['fair_hold'] * 1000:g} ms hold, {p['fair_s']:g} s)\n\n{fair}\n"
         "'Commands sent' counts what the clients sent (an EVALSHA is one); "
