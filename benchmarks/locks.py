@@ -95,7 +95,7 @@ def fairness_worker(
     common.sleep_until(start_at)
     sent0 = common.sent_commands()
     count = 0
-    while time.monotonic() < stop_at:
+    while time.monotonic() < stop_at or count == 0:  # a late starter still takes part
         lock.acquire()
         time.sleep(hold)
         lock.release()

@@ -213,7 +213,7 @@ def seller_worker(
     conn.ping()
     common.sleep_until(start_at)
     listed = n = 0
-    while time.monotonic() < stop_at:
+    while time.monotonic() < stop_at or listed == 0:  # a late starter still lists one
         n += 1
         itemid = f"i{n}"
         price = random.randint(1, 100)

@@ -53,7 +53,7 @@ def semaphore_worker(
     common.sleep_until(start_at)
     ops = refused = lost = 0
     sent0 = common.sent_commands()
-    while time.monotonic() < stop_at:
+    while time.monotonic() < stop_at or (ops == 0 and time.monotonic() < stop_at + 5):
         if not sem.acquire():
             refused += 1
             time.sleep(0.001)
