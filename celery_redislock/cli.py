@@ -36,7 +36,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .config import settings_from_app
 from .connection import client_from_url
-from .inspection import LeaseSetState, Snapshot, force_release, inspect_names, snapshot
+from .inspection import (
+    LeaseSetState,
+    Snapshot,
+    force_release,
+    inspect_names,
+    snapshot,
+    task_id_of,
+)
 from .keys import LeaseKeys, validate_prefix
 
 __all__ = ["redislock"]
@@ -127,7 +134,7 @@ def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_
     if not force:
         click.echo(f"About to release {len(chosen)} slot(s) of {name!r} ({target.url}):")
         for h in chosen:
-            click.echo(f"  token {h.token}  {_who(h.meta)}  owner {h.owner}")
+            click.echo(f"  token {h.token}  {_who(h.owner, h.meta)}  owner {h.owner}")
         click.echo(
             "The task(s) holding them are NOT stopped; they will see the lease lost at their "
             "next heartbeat."
@@ -145,7 +152,7 @@ def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_
         click.echo(json.dumps(report, indent=2, sort_keys=True))
         return
     for h in released:
-        click.echo(f"released {name!r} token {h.token} ({_who(h.meta)}, owner {h.owner})")
+        click.echo(f"released {name!r} token {h.token} ({_who(h.owner, h.meta)}, owner {h.owner})")
     for h in chosen:
         if h not in released:
             click.echo(f"already gone: {name!r} token {h.token} (owner {h.owner})")
@@ -203,8 +210,8 @@ def _redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-def _who(meta: dict[str, Any]) -> str:
-    task = meta.get("task_id")
+def _who(owner: str, meta: dict[str, Any]) -> str:
+    task = task_id_of(owner, meta)
     where = f"{meta.get('host', '?')}:{meta.get('pid', '?')}"
     if task:
         return f"task {task} [{meta.get('task', '?')}] on {where}"
@@ -241,7 +248,7 @@ def _format_state(ls: LeaseSetState, max_waiters: int) -> list[str]:
         rows.append(
             (
                 str(h.token),
-                str(h.meta.get("task_id") or "-"),
+                task_id_of(h.owner, h.meta) or "-",
                 str(h.meta.get("task") or "-"),
                 f"{h.meta.get('host', '?')}:{h.meta.get('pid', '?')}",
                 _seconds(max(ls.now - h.acquired_at, 0.0)),
@@ -254,7 +261,7 @@ def _format_state(ls: LeaseSetState, max_waiters: int) -> list[str]:
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                   for r in rows]  # fmt: skip
     for i, w in enumerate(ls.waiters[:max_waiters]):
-        lines.append(f"  waiting #{i + 1}: {_who(w.meta)}  owner {w.owner}")
+        lines.append(f"  waiting #{i + 1}: {_who(w.owner, w.meta)}  owner {w.owner}")
     if len(ls.waiters) > max_waiters:
         lines.append(f"  ... and {len(ls.waiters) - max_waiters} more waiting")
     return lines

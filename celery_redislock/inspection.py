@@ -40,6 +40,7 @@ __all__ = [
     "inspect_names",
     "scan_names",
     "snapshot",
+    "task_id_of",
 ]
 
 SCAN_COUNT = 1000
@@ -94,7 +95,7 @@ class LeaseSetState:
                 {
                     "owner": h.owner,
                     "token": h.token,
-                    "task_id": h.meta.get("task_id"),
+                    "task_id": task_id_of(h.owner, h.meta),
                     "task": h.meta.get("task"),
                     "host": h.meta.get("host"),
                     "pid": h.meta.get("pid"),
@@ -109,7 +110,7 @@ class LeaseSetState:
                 {
                     "position": i + 1,
                     "owner": w.owner,
-                    "task_id": w.meta.get("task_id"),
+                    "task_id": task_id_of(w.owner, w.meta),
                     "task": w.meta.get("task"),
                     "host": w.meta.get("host"),
                     "pid": w.meta.get("pid"),
@@ -133,6 +134,21 @@ class Snapshot:
             "held": sum(len(ls.holders) for ls in self.lease_sets),
             "waiting": sum(len(ls.waiters) for ls in self.lease_sets),
         }
+
+
+def task_id_of(owner: str, meta: dict[str, Any]) -> str | None:
+    """The Celery task id behind a holder or waiter, if known.
+
+    From ``meta["task_id"]``, else from the owner id the task classes build
+    (``<task id>.<host tag>.<pid>.<random>``).
+    """
+    value = meta.get("task_id")
+    if isinstance(value, str) and value:
+        return value
+    parts = owner.split(".")
+    if len(parts) == 4 and parts[0] and parts[2].isdigit():
+        return parts[0]
+    return None
 
 
 def glob_escape(text: str) -> str:
