@@ -88,6 +88,7 @@ def run_demo(scenario: Scenario, output: Path, concurrency: int = 8, url: str | 
         from .report import build_report, write_json, write_timeline
 
         recorder = Recorder.from_env()
+        stack.callback(recorder.drop_queue)
         stack.callback(recorder.clear)
         print(f"Redis: {url}  (namespace {namespace})", flush=True)
         log_path = output / "worker.log"

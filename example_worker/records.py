@@ -117,6 +117,11 @@ class Recorder:
         if batch:
             self.client.delete(*batch)
 
+    def drop_queue(self) -> None:
+        """Delete the Celery queue named after the namespace and its kombu binding
+        (only once no worker consumes from it)."""
+        self.client.delete(self.ns, f"_kombu.binding.{self.ns}")
+
 
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
