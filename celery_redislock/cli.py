@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import click
@@ -48,16 +48,33 @@ from .keys import LeaseKeys, validate_prefix
 
 __all__ = ["redislock"]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 @dataclass(frozen=True)
 class Target:
-    """Where the command looks: one Redis and one key prefix."""
+    """Where the command looks: one Redis and one key prefix (and the app)."""
 
     client: Any
     url: str
     prefix: str
+    app: Any = None
+
+    def with_limits(self, states: Iterable[LeaseSetState]) -> list[LeaseSetState]:
+        """``states`` with the limit their task classes declare, when the app has them."""
+        states = list(states)
+        if self.app is not None and states:
+            # Task modules listed in the app's imports/include, and autodiscovery.
+            with suppress(Exception):
+                self.app.loader.import_default_modules()
+        return [replace(s, declared_limit=self.declared_limit(s)) for s in states]
+
+    def declared_limit(self, state: LeaseSetState) -> int | None:
+        tasks = getattr(self.app, "tasks", None) or {}
+        for name in state.task_names:
+            limit_of = getattr(tasks.get(name), "_redislock_limit", None)
+            if callable(limit_of):
+                with suppress(Exception):
+                    return int(limit_of())
+        return None
 
 
 @click.group(name="redislock")
@@ -86,6 +103,7 @@ def status(target: Target, as_json: bool, match: str, max_waiters: int) -> None:
     """List held locks and semaphores: holders, fencing tokens, ages, waiters."""
     with _redis_errors(target):
         snap = snapshot(target.client, target.prefix, match)
+    snap = replace(snap, lease_sets=tuple(target.with_limits(snap.lease_sets)))
     if as_json:
         click.echo(json.dumps({"url": target.url, **snap.as_dict()}, indent=2, sort_keys=True))
     else:
@@ -184,7 +202,7 @@ def _target(app: Any, url: str | None, prefix: str | None) -> Target:
         client = client_from_url(url, options)
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
-    return Target(client, _redact(url), prefix)
+    return Target(client, _redact(url), prefix, app)
 
 
 @contextmanager

@@ -57,17 +57,27 @@ class LeaseSetState:
     now: float
     holders: tuple[Holder, ...]
     waiters: tuple[Waiter, ...]
+    #: the limit declared by the code that holds it (e.g. the task class), if known
+    declared_limit: int | None = None
 
     @property
     def limit(self) -> int | None:
-        """The slot count, if the holders recorded it in their meta (the
-        Celery task classes do); None when unknown."""
+        """The slot count: recorded in a holder's meta (``"limit"``), else
+        :attr:`declared_limit`; None when unknown (Redis does not store it)."""
         metas = [h.meta for h in self.holders] + [w.meta for w in self.waiters]
         for meta in metas:
             value = meta.get("limit")
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
-        return None
+        return self.declared_limit
+
+    @property
+    def task_names(self) -> list[str]:
+        """The Celery task names recorded by holders and waiters (meta ``"task"``)."""
+        names = {
+            m.get("task") for m in [h.meta for h in self.holders] + [w.meta for w in self.waiters]
+        }
+        return sorted(n for n in names if isinstance(n, str))
 
     @property
     def kind(self) -> str:

@@ -11,19 +11,26 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import redis
+from celery import Celery
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner, Result
 
 from celery_redislock import RedisLock
 from celery_redislock.devserver import RedisServer, free_port
+from example_worker.demo import stop_group, worker_process
+from example_worker.producer import wait_for_workers
+from example_worker.records import Recorder
 
 from . import cli_app
 from .waiting import wait_for
@@ -278,3 +285,76 @@ def test_real_celery_command_finds_the_plugin(redis_url: str, prefix: str) -> No
     finally:
         lock.release()
         client.close()
+
+
+# -- against a real worker running the example app -----------------------------------------
+
+
+def celery_cli(redis_url: str, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "REDIS_URL": redis_url, "EXAMPLE_NAMESPACE": namespace}
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "example_worker.app", "redislock", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_status_and_release_of_locks_held_by_a_real_worker(redis_url: str, tmp_path: Path) -> None:
+    namespace = f"t-cli-{uuid.uuid4().hex[:8]}"
+    recorder = Recorder(redis.Redis.from_url(redis_url), namespace)
+    sender = Celery("sender", broker=redis_url)
+    try:
+        with worker_process(redis_url, namespace, 2, tmp_path / "worker.log") as worker:
+            wait_for_workers(recorder, 1, timeout=120, alive=lambda: worker.poll() is None)
+            task = "example_worker.app.generate_report"
+            first = sender.send_task(task, ("cli", 60), queue=namespace)
+
+            def lock_state() -> dict[str, Any]:
+                out = celery_cli(redis_url, namespace, "status", "--json")
+                assert out.returncode == 0, out.stderr
+                sets = by_name(json.loads(out.stdout))
+                return sets.get("report:cli", {"holders": [], "waiters": []})
+
+            wait_for(lambda: lock_state()["holders"], timeout=60, message="the first report")
+            second = sender.send_task(task, ("cli", 0.1), queue=namespace)
+            state = wait_for(
+                lambda: (s := lock_state())["waiters"] and s, timeout=60, message="a waiter"
+            )
+            assert state["kind"] == "lock" and state["limit"] == 1  # from the task class
+            (holder,) = state["holders"]
+            assert holder["task_id"] == first.id
+            assert holder["task"] == task
+            assert holder["host"] == socket.gethostname()
+            assert holder["pid"] in [c.pid for c in psutil.Process(worker.pid).children()]
+            assert 0 < holder["expires_in"] <= holder["ttl"] == 10.0
+            assert [w["task_id"] for w in state["waiters"]] == [second.id]
+
+            text = celery_cli(redis_url, namespace, "status")
+            assert text.returncode == 0, text.stderr
+            assert "report:cli  [lock]  held 1/1  waiting 1" in text.stdout
+            assert first.id in text.stdout and f"waiting #1: task {second.id}" in text.stdout
+
+            released = celery_cli(redis_url, namespace, "release", "report:cli", "-f", "--json")
+            assert released.returncode == 0, released.stderr
+            assert [r["token"] for r in json.loads(released.stdout)["released"]] == [
+                holder["token"]
+            ]
+            # The waiting task is handed the lock and runs; the first task's
+            # heartbeat reports its lease lost (the lock_lost signal).
+            wait_for(
+                lambda: any(r["task_id"] == second.id for r in recorder.runs()),
+                timeout=60,
+                message="the second report to run",
+            )
+            (run,) = [r for r in recorder.runs() if r["task_id"] == second.id]
+            assert run["token"] > holder["token"]
+            wait_for(
+                lambda: [x["name"] for x in recorder.listed("lost")] == ["report:cli"],
+                timeout=30,
+                message="lock_lost from the first task",
+            )
+            stop_group(worker, grace=0.1)  # the first task would run for a minute
+    finally:
+        recorder.clear()
+        recorder.drop_queue()
+        recorder.client.close()
+        sender.close()
