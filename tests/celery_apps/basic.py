@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,29 @@ def create_app(config: dict[str, str]) -> Celery:
     def sleeper(self: Any, key: Any, duration: float = 1.0) -> Any:
         return body(self, key, duration)
 
+    @app.task(bind=True, base=LockedTask, name="basic.stubborn", lock_key="sleep:{key}")
+    def stubborn(self: Any, key: Any, duration: float = 1.0) -> Any:
+        # SIGTERM is blocked: only SIGKILL ends this body early, so nothing in
+        # this process can release the lock then.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            return body(self, key, duration)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+    @app.task(
+        bind=True,
+        base=LockedTask,
+        name="basic.limited_retry",
+        lock_key="sleep:{key}",
+        lock_policy="retry",
+        lock_retry_max=2,
+        lock_retry_countdown=0.1,
+        lock_retry_jitter=0.0,
+    )
+    def limited_retry(self: Any, key: Any, duration: float = 0.1) -> Any:
+        return body(self, key, duration)
+
     @app.task(
         bind=True,
         base=LockedTask,
@@ -187,21 +211,21 @@ def create_app(config: dict[str, str]) -> Celery:
         rec.event(self, key, "end", owned=lease.owned())
         return lease.owned()
 
-    for signal in (
+    for lib_signal in (
         signals.lock_acquired,
         signals.lock_contended,
         signals.lock_released,
         signals.lock_lost,
     ):
 
-        def receiver(sender: Any = None, _signal: Any = signal, **kwargs: Any) -> None:
+        def receiver(sender: Any = None, _signal: Any = lib_signal, **kwargs: Any) -> None:
             if getattr(sender, "app", None) is not app:
                 return
             kwargs.pop("signal", None)
             event = {"signal": _signal.name, "pid": os.getpid(), "t": time.time(), **kwargs}
             rec.client.rpush(f"{prefix}:signals", json.dumps(event, default=str))
 
-        signal.connect(receiver, weak=False)
+        lib_signal.connect(receiver, weak=False)
     return app
 
 
