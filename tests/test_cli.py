@@ -257,7 +257,17 @@ def test_large_keyspace_is_scanned_never_keys(own_redis: RedisServer) -> None:
         assert lock.acquire()
     client.config_resetstat()
 
-    result = run("redislock", "--url", own_redis.url, "status", "--json", "--waiters", "0")
+    result = run(
+        "redislock",
+        "--url",
+        own_redis.url,
+        "--prefix",
+        "redislock",
+        "status",
+        "--json",
+        "--waiters",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert {e["name"] for e in data["lease_sets"]} == {f"job:{i}" for i in range(300)}
