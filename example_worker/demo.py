@@ -31,12 +31,20 @@ from celery_redislock.devserver import redis_url
 
 from .producer import DEMO, SMALL, Scenario
 
-__all__ = ["main", "run_demo", "worker_process"]
+__all__ = ["main", "run_demo", "stop_group", "worker_command", "worker_process"]
+
+
+def worker_command(concurrency: int = 8) -> list[str]:
+    """The worker command line (docker-compose.yml runs the same one)."""
+    return [
+        "celery", "-A", "example_worker.app", "worker", "-P", "prefork", "-c", str(concurrency),
+        "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
 
 
 @contextlib.contextmanager
 def worker_process(
-    url: str, namespace: str, concurrency: int, log_path: Path
+    url: str, namespace: str, concurrency: int, log_path: Path, index: int = 1
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A ``celery worker`` subprocess for the example app; stopped on exit.
 
@@ -46,11 +54,7 @@ def worker_process(
     """
     env = {**os.environ, "REDIS_URL": url, "EXAMPLE_NAMESPACE": namespace}
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable, "-m", "celery", "-A", "example_worker.app", "worker",
-        "-P", "prefork", "-c", str(concurrency), "-n", f"{namespace}@%h",
-        "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-    ]  # fmt: skip
+    command = [sys.executable, "-m", *worker_command(concurrency), "-n", f"{namespace}-{index}@%h"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -122,7 +122,10 @@ def send(recorder: Recorder, scenario: Scenario, seed: int = 7) -> int:
 
 
 def wait_for_workers(
-    recorder: Recorder, count: int = 1, timeout: float = 120.0, alive: Callable[[], bool] = bool
+    recorder: Recorder,
+    count: int = 1,
+    timeout: float = 120.0,
+    alive: Callable[[], bool] = lambda: True,
 ) -> None:
     """Block until ``count`` workers reported ready (``worker_ready``)."""
     deadline = time.monotonic() + timeout
@@ -174,7 +177,7 @@ def _bar(done: int, total: int, elapsed: float, width: int = 40) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from .records import Recorder
-    from .report import build_report, write_timeline
+    from .report import build_report, write_json, write_timeline
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=1, help="workers to wait for")
@@ -183,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scenario = SMALL if args.small else DEMO
     recorder = Recorder.from_env()
-    recorder.clear(keep=("ready",))  # records and cache entries of an earlier run
+    # Records and cache entries of an earlier run (not the workers' ready marks or locks).
+    recorder.clear(keep=("ready",), locks=False)
     print(f"waiting for {args.workers} worker(s) ...", flush=True)
     wait_for_workers(recorder, args.workers, timeout=300)
     total = send(recorder, scenario)
@@ -191,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     drained = wait_drained(recorder, total, timeout=300)
     report = build_report(recorder, scenario, drained)
     print(report.text())
+    json_path = write_json(report, args.output / "report.json")
     picture = write_timeline(report, args.output / "timeline.png")
-    print(f"timeline: {picture}")
+    print(f"\ntimeline picture: {picture}\nreport data:      {json_path}")
     return 1 if report.violations else 0
 
 

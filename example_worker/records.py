@@ -103,12 +103,16 @@ class Recorder:
         for raw in self.client.scan_iter(match=f"{self.ns}:*", count=1000):
             yield _text(raw)
 
-    def clear(self, keep: tuple[str, ...] = ()) -> None:
-        """Delete every key of the namespace but ``keep`` (SCAN, never KEYS)."""
+    def clear(self, keep: tuple[str, ...] = (), locks: bool = True) -> None:
+        """Delete every key of the namespace but ``keep`` (SCAN, never KEYS).
+
+        ``locks=False`` spares the lock keys (``<ns>:{name}:...``, the lock
+        prefix is the namespace), for clearing while workers may hold locks.
+        """
         kept = {self.key(name) for name in keep}
         batch: list[str] = []
         for key in self.keys():
-            if key in kept:
+            if key in kept or (not locks and key.startswith(f"{self.ns}:{{")):
                 continue
             batch.append(key)
             if len(batch) >= 500:

@@ -9,6 +9,7 @@ also shown to fail on records that violate them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,9 @@ from typing import Any
 
 import pytest
 import redis
+import yaml  # type: ignore[import-untyped]
 
+from example_worker.demo import worker_command, worker_process
 from example_worker.producer import SMALL, Scenario
 from example_worker.records import Recorder
 from example_worker.report import build_report, max_overlap
@@ -78,7 +81,7 @@ def test_demo_small_scenario_meets_every_expectation(
         assert account["max_running"] <= 5
         if name != "acme":
             assert account["done_at"] < heavy["done_at"]
-            assert account["wait_mean"] < heavy["wait_mean"]
+            assert account["wait_max"] < heavy["wait_max"]
 
     # One report at a time, fencing tokens rising in run order.
     assert report["reports"]["ran"] == SMALL.reports
@@ -205,3 +208,58 @@ def test_max_overlap_counts_touching_intervals_as_sequential() -> None:
     assert max_overlap([]) == 0
     assert max_overlap([(0, 1), (1, 2), (2, 3)]) == 1
     assert max_overlap([(0, 2), (1, 3), (1.5, 1.6)]) == 3
+
+
+# -- docker compose: the same app, settings and scenario ----------------------------------
+
+
+def test_docker_compose_runs_the_demo_app_with_the_demo_settings() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert services["redis"]["image"] == "redis:7"
+    worker, producer = services["worker"], services["producer"]
+    assert worker["command"] == worker_command(8)  # exactly what the demo starts
+    replicas = worker["deploy"]["replicas"]
+    assert replicas >= 2
+    assert producer["command"][:3] == ["python", "-m", "example_worker.producer"]
+    assert producer["command"][producer["command"].index("--workers") + 1] == str(replicas)
+    for service in (worker, producer):
+        env = service["environment"]
+        assert env["REDIS_URL"] == "redis://redis:6379/0"
+        assert set(env) == {"REDIS_URL", "EXAMPLE_NAMESPACE"}  # what example_worker reads
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+        dockerfile = ROOT / service["build"]["dockerfile"]
+        copied = [line.split()[1] for line in dockerfile.read_text().splitlines()
+                  if line.startswith("COPY")]  # fmt: skip
+        assert all((ROOT / path).exists() for path in copied)
+        assert "python:3.11-slim" in dockerfile.read_text()
+
+
+def test_producer_command_drives_two_workers_as_docker_compose_does(
+    redis_url: str, tmp_path: Path
+) -> None:
+    namespace = f"t-compose-{uuid.uuid4().hex[:8]}"
+    env = {**demo_env(redis_url), "EXAMPLE_NAMESPACE": namespace}
+    recorder = Recorder(redis.Redis.from_url(redis_url), namespace)
+    try:
+        with contextlib.ExitStack() as stack:
+            for index in (1, 2):
+                stack.enter_context(
+                    worker_process(redis_url, namespace, 3, tmp_path / f"w{index}.log", index)
+                )
+            out = subprocess.run(
+                [sys.executable, "-m", "example_worker.producer", "--small", "--workers", "2",
+                 "--output", str(tmp_path)],
+                cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+            )  # fmt: skip
+            assert len(recorder.ready_workers()) == 2, out.stdout + out.stderr
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "all expectations met" in out.stdout
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert all(u["rebuilt"] == 1 for u in report["users"].values())
+        assert all(a["max_running"] <= 5 for a in report["accounts"].values())
+        assert (tmp_path / "timeline.png").exists()
+    finally:
+        recorder.clear()
+        recorder.drop_queue()
+        recorder.client.close()
