@@ -20,6 +20,7 @@ import redis
 from celery.result import AsyncResult
 
 from celery_redislock import SKIPPED, LockContended
+from celery_redislock.dedupe import marker_key
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import WorkerProcess, worker_factory
 from tests.waiting import wait_for
@@ -321,3 +322,18 @@ def test_lease_lost_while_running_is_signalled_and_visible(
     [rel] = wait_for(lambda: released(app, result.id), 10, message="released")
     assert rel["held"] is False
     assert "lost before release" in Path(worker.log_path).read_text()
+
+
+def test_child_sigkill_also_clears_the_enqueue_marker(
+    app: Any, worker: WorkerProcess, key: str, config: dict[str, str], redis_client: redis.Redis
+) -> None:
+    task = app.tasks["basic.refresh_dedupe"]
+    result = task.delay(key, 60)
+    assert task.delay(key, 60).id == result.id  # de-duplicated while queued or running
+    start = wait_until_running(app, "refresh_dedupe", key)
+    marker = marker_key(config["prefix"], f"dedupe:{key}")
+    assert redis_client.get(marker) == result.id.encode()
+    os.kill(start["pid"], signal.SIGKILL)
+    wait_for(lambda: not redis_client.exists(marker), 10, message="marker cleared")
+    wait_for(lambda: not holders(app, "basic.refresh_dedupe", key), 10, message="release")
+    assert task.delay(key, 0.01).id != result.id  # accepted again
