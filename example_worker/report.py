@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -156,7 +157,7 @@ def build_report(recorder: Recorder, scenario: Scenario, drained: bool) -> Repor
             "max_running": max_overlap((r["start"], r["end"]) for r in mine),
             "requeues": contended.get(f"account:{name}|retry", 0),
             "wait_mean": statistics.fmean(waits) if waits else 0.0,
-            "wait_p95": waits[int(0.95 * (len(waits) - 1))] if waits else 0.0,
+            "wait_p95": waits[math.ceil(0.95 * len(waits)) - 1] if waits else 0.0,  # nearest rank
             "wait_max": waits[-1] if waits else 0.0,
             "done_at": max((r["end"] for r in mine), default=report.origin) - report.origin,
         }
