@@ -124,7 +124,10 @@ def run_demo(scenario: Scenario, output: Path, concurrency: int = 8, url: str | 
         app.close()
     print(report.text())
     json_path = write_json(report, output / "report.json")
-    picture = write_timeline(report, output / "timeline.png")
+    try:
+        picture = str(write_timeline(report, output / "timeline.png"))
+    except ImportError as exc:
+        picture = f"not written ({exc})"
     print(f"\ntimeline picture: {picture}\nreport data:      {json_path}")
     return 1 if report.violations else 0
 

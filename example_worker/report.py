@@ -241,8 +241,17 @@ def write_json(report: Report, path: Path) -> Path:
 
 
 def write_timeline(report: Report, path: Path) -> Path:
-    """Running tasks per account over time (PNG); returns the absolute path."""
-    import matplotlib
+    """Running tasks per account over time (PNG); returns the absolute path.
+
+    Needs matplotlib (``pip install 'celery-redislock[demo]'``): raises
+    ``ImportError`` saying so.
+    """
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError(
+            "the timeline picture needs matplotlib: pip install 'celery-redislock[demo]'"
+        ) from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
