@@ -181,8 +181,12 @@ def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_
 
 def _target(app: Any, url: str | None, prefix: str | None) -> Target:
     if url is None:
-        if app is None:
-            raise click.UsageError("no Celery app: run as `celery -A yourapp redislock ...`")
+        if app is None or getattr(app, "main", None) == "default":
+            # Celery's fallback app: no -A was given.
+            raise click.UsageError(
+                "no Celery app given: run `celery -A yourproject redislock ...` "
+                "(or give the Redis with --url redis://host:6379/0)"
+            )
         try:
             settings = settings_from_app(app)
         except (TypeError, ValueError) as exc:

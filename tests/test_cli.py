@@ -279,6 +279,15 @@ def test_large_keyspace_is_scanned_never_keys(own_redis: RedisServer) -> None:
     client.close()
 
 
+def test_no_app_given_is_said_plainly() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "celery", "redislock", "status"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "no Celery app given: run `celery -A yourproject redislock ...`" in out.stderr
+
+
 def test_real_celery_command_finds_the_plugin(redis_url: str, prefix: str) -> None:
     client = redis.Redis.from_url(redis_url)
     lock = RedisLock(client, "via-subprocess", prefix=prefix, meta={"task_id": "sub"})
