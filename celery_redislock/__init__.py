@@ -4,7 +4,7 @@ The primitives (:class:`RedisLock`, :class:`FairSemaphore`) work without
 Celery; the task base classes build on them.
 """
 
-from .errors import AcquireTimeout, LockError, LockLost, NotOwned
+from .errors import AcquireTimeout, LockError, LockLost, NotOwned, NotReplicated
 from .heartbeat import HEARTBEAT
 from .lease import Lease
 from .leaseset import Holder, Waiter
@@ -20,6 +20,7 @@ __all__ = [
     "LockError",
     "LockLost",
     "NotOwned",
+    "NotReplicated",
     "RedisLock",
     "Waiter",
 ]

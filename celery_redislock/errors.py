@@ -7,7 +7,7 @@ after one (fail closed).
 
 from __future__ import annotations
 
-__all__ = ["AcquireTimeout", "LockError", "LockLost", "NotOwned"]
+__all__ = ["AcquireTimeout", "LockError", "LockLost", "NotOwned", "NotReplicated"]
 
 
 class LockError(Exception):
@@ -28,3 +28,8 @@ class LockLost(NotOwned):
 
 class AcquireTimeout(LockError):
     """A ``with`` block could not acquire within its ``blocking_timeout``."""
+
+
+class NotReplicated(LockError):
+    """Acquired on the primary, but fewer replicas than asked for (``replicas=N``)
+    acknowledged it within ``replica_timeout``; the lease was given back."""

@@ -64,6 +64,8 @@ class RedisLock(LeaseSet):
         on_lost: LostCallback | None = None,
         meta: Mapping[str, Any] | None = None,
         owner_prefix: str = "",
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         super().__init__(
             client,
@@ -75,6 +77,8 @@ class RedisLock(LeaseSet):
             on_lost=on_lost,
             meta=meta,
             owner_prefix=owner_prefix,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )
 
     def locked(self) -> bool:

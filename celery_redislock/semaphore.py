@@ -58,6 +58,8 @@ class FairSemaphore(LeaseSet):
         on_lost: LostCallback | None = None,
         meta: Mapping[str, Any] | None = None,
         owner_prefix: str = "",
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         super().__init__(
             client,
@@ -69,4 +71,6 @@ class FairSemaphore(LeaseSet):
             on_lost=on_lost,
             meta=meta,
             owner_prefix=owner_prefix,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )
