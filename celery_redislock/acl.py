@@ -4,16 +4,16 @@ A user for celery-redislock needs the keys ``<prefix>:*`` and these commands
 (:func:`acl_rules` spells them as ``ACL SETUSER`` rules)::
 
     ACL SETUSER locks on >secret resetkeys ~redislock:* -@all \\
-        +evalsha +script|load +blpop +ping +wait +pexpire \\
-        +time +get +set +del +pttl +rpush +zadd +zrem +zcard +zscore \\
+        +evalsha +script|load +blpop +ping +wait \\
+        +time +get +set +del +pttl +pexpire +rpush +zadd +zrem +zcard +zscore \\
         +zrange +zrangebyscore +hget +hset +hdel
 
 ``EVALSHA``/``SCRIPT LOAD`` run the scripts, ``BLPOP`` waits for a hand-off,
-``PING`` is the connection health check; ``WAIT`` and ``PEXPIRE`` are used by
-``replicas=N`` only.  The rest are the commands the Lua scripts call: Redis
+``PING`` is the connection health check, ``WAIT`` (and ``PEXPIRE``) serve
+``replicas=N``.  The rest are the commands the Lua scripts call: Redis
 checks the ACL for every command a script runs.  On a Redis Cluster, add
-``+cluster|slots +cluster|shards +command`` (redis-py's start-up discovery);
-the inspection CLI also needs ``+scan``.
+``+cluster|slots +command`` (redis-py's discovery of the cluster; set the
+user on every node); the inspection CLI also needs ``+scan``.
 
 A denied command inside a script comes back from Redis as "The user
 executing the script can't run this command", naming neither command nor
@@ -27,11 +27,12 @@ import re
 
 from redis.exceptions import NoPermissionError, ResponseError
 
-__all__ = ["CLIENT_COMMANDS", "SCRIPT_COMMANDS", "acl_rules", "explain"]
+__all__ = ["CLIENT_COMMANDS", "CLUSTER_COMMANDS", "SCRIPT_COMMANDS", "acl_rules", "explain"]
 
-CLIENT_COMMANDS = ("evalsha", "script|load", "blpop", "ping", "wait", "pexpire")
+CLIENT_COMMANDS = ("evalsha", "script|load", "blpop", "ping", "wait")
+CLUSTER_COMMANDS = ("cluster|slots", "command")
 SCRIPT_COMMANDS = (
-    "time", "get", "set", "del", "pttl", "rpush",
+    "time", "get", "set", "del", "pttl", "pexpire", "rpush",
     "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore",
     "hget", "hset", "hdel",
 )  # fmt: skip
@@ -40,14 +41,10 @@ _SCRIPT_DENIED = re.compile(r"can't run this command.*?@user_script:(\d+)", re.S
 _CALL = re.compile(r"redis\.call\('(\w+)'")
 
 
-def acl_rules(prefix: str = "redislock") -> list[str]:
+def acl_rules(prefix: str = "redislock", cluster: bool = False) -> list[str]:
     """The ``ACL SETUSER`` rules (after the user name) that celery-redislock needs."""
-    return [
-        "resetkeys",
-        f"~{prefix}:*",
-        "-@all",
-        *(f"+{command}" for command in (*CLIENT_COMMANDS, *SCRIPT_COMMANDS)),
-    ]
+    commands = (*CLIENT_COMMANDS, *SCRIPT_COMMANDS, *(CLUSTER_COMMANDS if cluster else ()))
+    return ["resetkeys", f"~{prefix}:*", "-@all", *(f"+{command}" for command in commands)]
 
 
 def explain(exc: ResponseError, script_name: str, source: str, keys: list[str]) -> Exception | None:

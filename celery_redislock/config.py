@@ -5,7 +5,10 @@
                                the broker is Redis, else an error
 ``redislock_prefix``           key prefix (default ``"redislock"``)
 ``redislock_default_ttl``      lease TTL in seconds (default 30)
-``redislock_transport_options`` extra client options (dict)
+``redislock_transport_options`` extra client options (dict; see
+                               :mod:`celery_redislock.connection`)
+``redislock_client_factory``   callable ``(url, options) -> client`` or its
+                               dotted path; builds the client instead
 =============================  ==========================================
 """
 
@@ -47,9 +50,13 @@ def settings_from_app(app: Any) -> Settings:
     ttl = conf.get("redislock_default_ttl", 30.0)
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
         raise ValueError(f"redislock_default_ttl must be a positive number of seconds: {ttl!r}")
+    transport_options = dict(conf.get("redislock_transport_options") or {})
+    factory = conf.get("redislock_client_factory")
+    if factory is not None:
+        transport_options["client_factory"] = factory
     return Settings(
         url=url,
         prefix=validate_prefix(conf.get("redislock_prefix", DEFAULT_PREFIX)),
         default_ttl=float(ttl),
-        transport_options=dict(conf.get("redislock_transport_options") or {}),
+        transport_options=transport_options,
     )

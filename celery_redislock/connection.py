@@ -184,6 +184,8 @@ def _ssl_from_query(url: str, opts: dict[str, Any]) -> tuple[str, dict[str, Any]
     if not parts.query:
         return url, opts
     query = parse_qsl(parts.query, keep_blank_values=True)
+    if not any(key in _SSL_KEYS for key, _ in query):
+        return url, opts
     for key, value in query:
         if key in _SSL_KEYS:
             opts.setdefault(key, value)

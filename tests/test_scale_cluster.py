@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from celery_redislock import FairSemaphore, LockLost, NotReplicated, RedisLock
+from celery_redislock.acl import acl_rules
 from celery_redislock.connection import client_from_url
 from celery_redislock.devengines import LocalCluster
 from celery_redislock.heartbeat import refresh_leases
@@ -227,3 +228,19 @@ def test_replica_acknowledgement_goes_to_the_keys_primary(client: Any, prefix: s
     with pytest.raises(NotReplicated, match="only 1 of the 2 replicas"):
         greedy.acquire(blocking=False)
     assert not greedy.locked() and greedy.lease is None
+
+
+def test_a_restricted_acl_user_works_on_the_cluster(cluster: LocalCluster, prefix: str) -> None:
+    for port in cluster.ports:
+        admin = redis.Redis(port=port)
+        admin.execute_command(
+            "ACL", "SETUSER", "locks", "reset", "on", ">pw", *acl_rules(prefix, cluster=True)
+        )
+    restricted = client_from_url(cluster.url.replace("://", "://locks:pw@"))
+    for name in names_on_every_master(restricted, prefix, 12):
+        lock = RedisLock(restricted, name, prefix=prefix, ttl=5)
+        assert lock.acquire()
+        assert lock.refresh()
+        assert lock.holders()[0].token == lock.token
+        lock.release()
+    restricted.close()
