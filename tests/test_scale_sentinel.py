@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,6 +49,20 @@ def test_replica_acknowledgement_on_acquire(client: Any, prefix: str) -> None:
     after = RedisLock(client, "acked", prefix=prefix)
     assert after.acquire(blocking=False)
     after.release()
+
+
+def test_replica_acknowledgement_after_a_hand_off(client: Any, prefix: str) -> None:
+    holder = RedisLock(client, "handed", prefix=prefix)
+    assert holder.acquire()
+    waiter = RedisLock(client, "handed", prefix=prefix, replicas=1, replica_timeout=5)
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=30)))
+    thread.start()
+    wait_for(lambda: holder.waiters(), 10, message="the waiter to queue")
+    holder.release()
+    thread.join(30)
+    assert got == [True] and waiter.owned()
+    waiter.release()
 
 
 def test_forced_failover_keeps_replicated_leases_and_reports_lost_ones(
