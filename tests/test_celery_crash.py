@@ -159,3 +159,15 @@ def test_rabbitmq_as_broker(redis_url: str, start_worker: Any) -> None:
     third.get(timeout=60)
     assert [e["id"] for e in starts(app, "sleeper", "x")] == [first.id, third.id]
     assert holders(app, "basic.sleeper", "x") == []
+
+
+def test_solo_pool(redis_url: str, start_worker: Any) -> None:
+    config = make_config(redis_url)
+    app = create_app(config)
+    start_worker(config, pool="solo", concurrency=1)
+    sleeper = app.tasks["basic.sleeper"]
+    assert sleeper.delay("s", 0.05).get(timeout=60)["name"] == "sleep:s"
+    assert app.tasks["basic.retrying"].delay("s", 1).get(timeout=60) == 1
+    assert app.tasks["basic.watch_lost"].apply_async(("s", 0.1), lock_ttl=5).get(timeout=60)
+    assert holders(app, "basic.sleeper", "s") == []
+    assert holders(app, "basic.retrying", "s") == []

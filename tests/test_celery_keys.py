@@ -12,9 +12,10 @@ import uuid
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 
-from celery_redislock import LockedTask, SemaphoreTask
+from celery_redislock import LockContended, LockedTask, RedisLock, SemaphoreTask
 from celery_redislock.keybuilder import MAX_KEY_LENGTH, canonical
 
 
@@ -210,3 +211,21 @@ def test_direct_call_runs_the_function_without_a_lock(app: Celery) -> None:
         return user_id * 2
 
     assert refresh(4) == 8
+
+
+def test_eager_execution_takes_the_lock_too(app: Celery, redis_url: str, prefix: str) -> None:
+    app.conf.task_always_eager = True
+
+    @unique_task(app, bind=True, base=LockedTask, lock_key="k:{x}")
+    def locked(self: Any, x: int) -> Any:
+        return self.request.redislock.token
+
+    assert isinstance(locked.delay(1).result, int)
+    holder = RedisLock(redis.Redis.from_url(redis_url), "k:1", prefix=prefix)
+    assert holder.acquire()
+    try:
+        assert locked.delay(1).state == "IGNORED"  # skipped (EagerResult has no SKIPPED)
+        failed = locked.apply_async((1,), lock_policy="raise")
+        assert failed.state == "FAILURE" and isinstance(failed.result, LockContended)
+    finally:
+        holder.release()

@@ -102,6 +102,8 @@ def create_app(config: dict[str, str]) -> Celery:
         broker_connection_retry_on_startup=True,
         result_expires=600,
         worker_hijack_root_logger=False,
+        # Celery reports a lost child only after this; the library must not wait for it.
+        worker_lost_wait=20.0,
     )
     rec = Recorder(redis_url, prefix)
     app.recorder = rec  # type: ignore[attr-defined]
