@@ -48,6 +48,9 @@ class RedisLock(LeaseSet):
     a held lease is found lost.  ``meta`` is stored with the lease for
     inspection (host and pid are added).  ``owner_prefix`` starts every owner
     id of this instance (for finding a dead holder's leases, e.g. by task id).
+    ``replicas=N`` makes ``acquire`` wait (``replica_timeout`` s) until N
+    replicas acknowledged the grant, else give it back and raise
+    :class:`~celery_redislock.NotReplicated` (see ``replication.py``).
     """
 
     _default_blocking = True

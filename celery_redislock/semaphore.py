@@ -40,7 +40,8 @@ class FairSemaphore(LeaseSet):
     * an idle semaphore leaves no keys but the fence counter (10 minutes).
 
     ``blocking_timeout`` (default 0: do not wait) is what ``with slots:``
-    waits; see :class:`~celery_redislock.RedisLock` for ``on_lost`` and ``meta``.
+    waits; see :class:`~celery_redislock.RedisLock` for ``on_lost``, ``meta``
+    and ``replicas``.
     """
 
     _default_blocking = False
