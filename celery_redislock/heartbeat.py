@@ -34,7 +34,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ConnectionError,
+    NoScriptError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from .lease import Lease
 from .scripts import REFRESH
@@ -71,8 +78,17 @@ def refresh_leases(client: Any, leases: list[Lease], ttls: list[float] | None = 
     return results
 
 
+# Replies meaning "ask elsewhere / later" (slot moved by a failover or resharding);
+# MovedError is an AskError.
+_REDIRECTED = (AskError, TryAgainError, ClusterDownError)
+
+
 def _node_name(client: Any, lease: Lease) -> str:
-    return str(client.get_node_from_key(lease.keys.holders).name)
+    """The primary of the lease's slot, from the client's cached slot map ("" if unknown)."""
+    try:
+        return str(client.get_node_from_key(lease.keys.holders).name)
+    except Exception:  # slot map being rebuilt: refresh_leases routes it later
+        return ""
 
 
 def _refresh_on_cluster(client: Any, leases: list[Lease], ttls: list[float]) -> list[int]:
@@ -92,8 +108,10 @@ def _refresh_on_cluster(client: Any, leases: list[Lease], ttls: list[float]) -> 
         by_node.setdefault(_node_name(client, lease), []).append(i)
     results = [0] * len(leases)
     for name, indexes in by_node.items():
-        node = client.get_node(node_name=name)
+        node = client.get_node(node_name=name) if name else None
         try:
+            if node is None:
+                raise ConnectionError("no known primary for these slots")
             replies = _pipeline_on(client.get_redis_connection(node), leases, ttls, indexes)
         except (ConnectionError, TimeoutError):
             # The node is gone (failover?): the cluster client refreshes its
@@ -104,9 +122,7 @@ def _refresh_on_cluster(client: Any, leases: list[Lease], ttls: list[float]) -> 
             ]
         for i, reply in zip(indexes, replies, strict=True):
             if isinstance(reply, Exception):
-                if not isinstance(reply, ResponseError) or not str(reply).startswith(
-                    ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")
-                ):
+                if not isinstance(reply, _REDIRECTED):
                     raise reply
                 reply = REFRESH(client, _refresh_keys(leases[i]), [leases[i].owner, _ms(ttls[i])])
             results[i] = int(reply[0])
