@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_redislock import FairSemaphore, LockLost, NotReplicated, RedisLock
+from celery_redislock import HEARTBEAT, FairSemaphore, LockLost, NotReplicated, RedisLock
 from celery_redislock.acl import acl_rules
 from celery_redislock.connection import client_from_url
 from celery_redislock.devengines import LocalCluster
@@ -244,3 +244,37 @@ def test_a_restricted_acl_user_works_on_the_cluster(cluster: LocalCluster, prefi
         assert lock.holders()[0].token == lock.token
         lock.release()
     restricted.close()
+
+
+def test_leases_survive_a_cluster_failover(client: Any, cluster: LocalCluster, prefix: str) -> None:
+    """CLUSTER FAILOVER (coordinated) of one shard while leases on every master are held.
+
+    The old primary answers MOVED to renewals; the heartbeat follows the
+    redirection, and later beats group the leases by the new primary.  Runs
+    last in this module: it changes the cluster's topology.
+    """
+    locks = [
+        RedisLock(client, n, prefix=prefix, ttl=1.5) for n in names_on_every_master(client, prefix)
+    ]
+    for lock in locks:
+        assert lock.acquire(blocking=False)
+    old_primaries = set(cluster.master_ports())
+    replica_port = next(p for p in cluster.ports if p not in old_primaries)
+    replica = redis.Redis(port=replica_port, socket_timeout=10)
+    wait_for(
+        lambda: replica.info("replication").get("master_link_status") == "up",
+        30,
+        message="the replica to be in sync",
+    )
+    replica.execute_command("CLUSTER FAILOVER")
+    wait_for(lambda: replica_port in cluster.master_ports(), 30, message="the replica promoted")
+    beats = HEARTBEAT.beats
+    wait_for(lambda: HEARTBEAT.beats >= beats + 4, 30, message="four heartbeats")
+    assert all(lock.owned() for lock in locks)
+    for lock in locks:
+        assert lock.refresh()
+        assert not RedisLock(client, lock.name, prefix=prefix).acquire(blocking=False)
+        lock.release()
+    fresh = RedisLock(client, locks[0].name, prefix=prefix)
+    assert fresh.acquire(blocking=False)
+    fresh.release()
