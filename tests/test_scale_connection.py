@@ -126,3 +126,33 @@ def test_celery_setting_redislock_client_factory() -> None:
     )
     client = client_from_url(settings.url, settings.transport_options)
     assert isinstance(client, redis.Redis)
+
+
+def test_a_reused_sentinel_or_tls_broker_brings_its_connection_options() -> None:
+    sentinel = settings_from_app(
+        _App(
+            broker_url="sentinel://127.0.0.1:26379;sentinel://127.0.0.1:26380/0",
+            broker_transport_options={"master_name": "mymaster", "visibility_timeout": 3600},
+        )
+    )
+    assert sentinel.transport_options == {"master_name": "mymaster"}
+    tls = settings_from_app(
+        _App(
+            broker_url="rediss://127.0.0.1:6380/0",
+            broker_use_ssl={"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_ca_certs": "/ca.pem"},
+            redislock_transport_options={"ssl_ca_certs": "/mine.pem"},
+        )
+    )
+    assert tls.transport_options == {
+        "ssl_cert_reqs": ssl.CERT_REQUIRED,
+        "ssl_ca_certs": "/mine.pem",
+    }
+    # A separate redislock_url does not inherit the broker's options.
+    own = settings_from_app(
+        _App(
+            broker_url="sentinel://127.0.0.1:26379",
+            broker_transport_options={"master_name": "mymaster"},
+            redislock_url="redis://127.0.0.1:6379/0",
+        )
+    )
+    assert own.transport_options == {}
