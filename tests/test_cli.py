@@ -342,6 +342,9 @@ def test_status_and_release_of_locks_held_by_a_real_worker(redis_url: str, tmp_p
             (holder,) = state["holders"]
             assert holder["task_id"] == first.id
             assert holder["task"] == task
+            # the celery layer records task id and limit in the holder's metadata itself
+            (raw,) = RedisLock(recorder.client, "report:cli", prefix=namespace).holders()
+            assert raw.meta["task_id"] == first.id and raw.meta["limit"] == 1
             assert holder["host"] == socket.gethostname()
             assert holder["pid"] in [c.pid for c in psutil.Process(worker.pid).children()]
             assert 0 < holder["expires_in"] <= holder["ttl"] == 10.0
