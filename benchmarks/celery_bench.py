@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class CeleryParams:
-    runs: int = 3
+    runs: int = 5
     tasks: int = 2000
     concurrency: int = 2
     heartbeat_leases: int = 100

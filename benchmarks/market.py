@@ -38,7 +38,7 @@ from . import common, seeds
 @dataclass(frozen=True)
 class MarketParams:
     runs: int = 5
-    seconds: float = 3.0
+    seconds: float = 2.5
     configs: tuple[tuple[int, int], ...] = ((1, 1), (5, 1), (5, 5))
     margin: float = 0.5
 
