@@ -352,7 +352,8 @@ def markdown(results: dict[str, Any]) -> str:
         machine_section(results["machine"]),
     ]
     parts.append(
-        "Regenerate with `make bench` (`python -m benchmarks`; `--quick` for a few seconds). "
+        "Regenerate with `make bench` (`python -m benchmarks`; `--quick` for a one-minute "
+        "development run). "
         f"This run took {results.get('elapsed_s', 0):.0f} s.\n"
     )
     for key, render in (
