@@ -25,7 +25,7 @@ from celery_redislock import LockedTask, SemaphoreTask
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 CRASH_TTL = 30.0
 
-app = Celery("bench", broker=URL)
+app = Celery("bench", broker=URL, set_as_current=False)
 app.conf.update(
     redislock_url=URL,
     task_ignore_result=True,
