@@ -1,0 +1,143 @@
+"""The fault-injection suite (tests/faults/), short mode, plus tests of its checker.
+
+Short mode: 45 s of faults (about 70 s in all).  ``FAULTS_LONG=1`` runs 10
+minutes of faults, ``FAULTS_SECONDS=N`` any length, ``FAULTS_SEED=S`` replays
+a fault schedule.  The per-property report is printed (also without ``-s``)
+and written to ``$FAULTS_REPORT`` when set.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.checker import check
+from tests.faults.run import Settings, run
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_guarantees_hold_under_random_faults(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = Settings.from_env()
+    outcome = run(settings)
+    report = outcome.report()
+    with capsys.disabled():
+        print("\n" + report)
+    if os.environ.get("FAULTS_REPORT"):
+        Path(os.environ["FAULTS_REPORT"]).write_text(report + "\n")
+    rows = outcome.rows
+    assert sorted(rows) == ["1", "2", "3", "4", "5"]
+    for key, row in rows.items():
+        assert row.violations == [], f"property {key} violated (seed {settings.seed}):\n{report}"
+    # The run must have exercised what it claims to check.
+    assert all(n > 0 for n in outcome.injected.values()), outcome.injected
+    assert rows["1"].ops > 100 and rows["2"].ops > 100 and rows["3"].ops > 10
+    assert rows["4"].ops > 0, "no lease was lost under the faults: nothing to detect"
+    assert outcome.figures["worst_detection"] <= settings.ttl / 3 + settings.grace
+    assert outcome.figures["worst_freed"] <= settings.ttl + settings.ttl / 3 + settings.grace
+
+
+# -- the checker finds what it should, on made-up histories --------------------
+
+S = Settings(ttl=3.0, grace=0.0)
+LIMITS = {"L": 1, "S": 2}
+
+
+def ev(t: float, c: str, e: str, **fields: Any) -> dict[str, Any]:
+    return {"t": t, "c": c, "e": e, **fields}
+
+
+def hold(c: str, r: str, tok: int, start: float, end: float) -> list[dict[str, Any]]:
+    return [
+        ev(start - 0.01, c, "req", r=r),
+        ev(start, c, "enter", r=r, tok=tok, owner=f"o{tok}", lt=start),
+        ev(end, c, "exit", r=r, tok=tok),
+        ev(end + 0.01, c, "rel", r=r, tok=tok, ok=True),
+    ]
+
+
+def by_time(*groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted((e for g in groups for e in g), key=lambda e: e["t"])
+
+
+def test_checker_accepts_a_clean_history() -> None:
+    events = by_time(
+        hold("1", "L", 1, 0, 1),
+        hold("2", "L", 2, 1.5, 2),
+        hold("3", "S", 3, 0, 2),
+        hold("4", "S", 4, 0.5, 1),
+        hold("5", "S", 5, 1.2, 3),
+    )
+    rows, _ = check(events, S, LIMITS)
+    assert all(not row.violations for row in rows.values())
+    assert rows["2"].ops == 5
+
+
+def test_checker_finds_overlapping_lock_holders_and_too_many_slots() -> None:
+    events = by_time(
+        hold("1", "L", 1, 0, 1),
+        hold("2", "L", 2, 0.9, 2),
+        hold("3", "S", 3, 0, 2),
+        hold("4", "S", 4, 0.5, 1),
+        hold("5", "S", 5, 0.8, 3),
+    )
+    violations = check(events, S, LIMITS)[0]["2"].violations
+    assert len(violations) == 2
+    assert "L (limit 1): 2 holders" in violations[0] or "L (limit 1): 2 holders" in violations[1]
+
+
+def test_checker_excuses_overlap_only_where_an_unsafe_fault_hit() -> None:
+    pause = [
+        ev(0.5, "inj", "fault", kind="holder_pause", at="start", fid=1, victim="1", r="L", tok=1),
+        ev(0.8, "inj", "fault", kind="holder_pause", at="end", fid=1, victim="1", r="L", tok=1),
+        ev(0.85, "1", "lost", r="L", tok=1),
+    ]
+    events = by_time(hold("1", "L", 1, 0, 1), hold("2", "L", 2, 0.9, 2), pause)
+    rows, _ = check(events, S, LIMITS)
+    assert rows["2"].violations == []
+    assert rows["4"].ops == 1 and rows["4"].violations == []
+    # the same pause of another client excuses nothing
+    other = [dict(e, victim="9") if e["e"] == "fault" else e for e in pause]
+    events = by_time(hold("1", "L", 1, 0, 1), hold("2", "L", 2, 0.9, 2), other)
+    assert check(events, S, LIMITS)[0]["2"].violations
+
+
+def test_checker_finds_a_lost_update_and_tokens_out_of_order() -> None:
+    def write(t: float, c: str, tok: int, new: int) -> dict[str, Any]:
+        return ev(t, c, "write", r="L", tok=tok, prev=new - 1, new=new, acc=True, owned=True)
+
+    lost_update = [write(1, "1", 1, 1), write(2, "2", 2, 1)]
+    assert "lost update" in check(lost_update, S, LIMITS)[0]["1"].violations[0]
+    out_of_order = [write(1, "1", 5, 1), write(2, "2", 4, 2)]
+    assert "token 4 after value 1" in check(out_of_order, S, LIMITS)[0]["1"].violations[0]
+    assert check([write(1, "1", 4, 1), write(2, "2", 5, 2)], S, LIMITS)[0]["1"].violations == []
+
+
+def test_checker_finds_a_loss_never_or_late_learned() -> None:
+    delete = [
+        ev(0.5, "inj", "fault", kind="lease_delete", at="start", fid=1, victim="1", r="L", tok=1),
+        ev(0.51, "inj", "fault", kind="lease_delete", at="end", fid=1, victim="1", r="L", tok=1),
+    ]
+    never = check(by_time(hold("1", "L", 1, 0, 3), delete), S, LIMITS)[0]["4"]
+    assert "never learned" in never.violations[0]
+    late = check(
+        by_time(hold("1", "L", 1, 0, 3), delete, [ev(2.0, "1", "lost", r="L", tok=1)]), S, LIMITS
+    )[0]["4"]
+    assert "learned it lost L token 1 1.49 s after" in late.violations[0]
+    in_time = by_time(hold("1", "L", 1, 0, 3), delete, [ev(1.0, "1", "lost", r="L", tok=1)])
+    assert check(in_time, S, LIMITS)[0]["4"].violations == []
+
+
+def test_checker_finds_waiters_starved_after_the_faults() -> None:
+    events = [
+        ev(0, "inj", "phase", name="calm"),
+        ev(1, "1", "req", r="L"),
+        ev(21, "1", "timeout", r="L"),
+        ev(2, "2", "req", r="L"),
+    ]
+    violations = check(sorted(events, key=lambda e: e["t"]), S, LIMITS)[0]["3"].violations
+    assert any("got timeout" in v for v in violations)
+    assert any("never got an answer" in v for v in violations)
