@@ -1,26 +1,34 @@
 """Distributed locks and fair semaphores for Celery tasks, on Redis.
 
 The primitives (:class:`RedisLock`, :class:`FairSemaphore`) work without
-Celery; the task base classes build on them.
+Celery; the task base classes (:class:`LockedTask`, :class:`SemaphoreTask`)
+build on them.
 """
 
-from .errors import AcquireTimeout, LockError, LockLost, NotOwned
+from . import signals
+from .errors import AcquireTimeout, LockContended, LockError, LockLost, NotOwned
 from .heartbeat import HEARTBEAT
 from .lease import Lease
 from .leaseset import Holder, Waiter
 from .lock import RedisLock
 from .semaphore import FairSemaphore
+from .task import SKIPPED, LockedTask, SemaphoreTask
 
 __all__ = [
     "HEARTBEAT",
+    "SKIPPED",
     "AcquireTimeout",
     "FairSemaphore",
     "Holder",
     "Lease",
+    "LockContended",
     "LockError",
     "LockLost",
+    "LockedTask",
     "NotOwned",
     "RedisLock",
+    "SemaphoreTask",
     "Waiter",
+    "signals",
 ]
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ after one (fail closed).
 
 from __future__ import annotations
 
-__all__ = ["AcquireTimeout", "LockError", "LockLost", "NotOwned"]
+__all__ = ["AcquireTimeout", "LockContended", "LockError", "LockLost", "NotOwned"]
 
 
 class LockError(Exception):
@@ -28,3 +28,20 @@ class LockLost(NotOwned):
 
 class AcquireTimeout(LockError):
     """A ``with`` block could not acquire within its ``blocking_timeout``."""
+
+
+class LockContended(LockError):
+    """A task met its lock (or semaphore) taken and its policy says to fail.
+
+    Raised by the ``raise`` policy, by ``wait`` when its timeout passes, and
+    by ``retry`` when its requeue budget is spent.  ``name`` is the lock name,
+    ``policy`` the policy that gave up.
+    """
+
+    def __init__(self, message: str, name: str = "", policy: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+        self.policy = policy
+
+    def __reduce__(self) -> tuple[type[LockContended], tuple[str, str, str]]:
+        return (type(self), (str(self), self.name, self.policy))

@@ -1,0 +1,45 @@
+"""Celery-style signals for metrics and alerting.
+
+All are :class:`celery.utils.dispatch.Signal`; ``sender`` is the task
+object.  Receivers run synchronously in the process that sends, and an
+exception in a receiver is logged, never raised into the task.
+
+=================  ===========================================================
+``lock_acquired``  a task took its lock/slot, before its body runs.
+                   kwargs: ``task_id``, ``name``, ``token``, ``kind``
+                   (``"lock"`` or ``"semaphore"``), ``waited`` (seconds)
+``lock_contended`` a task met the lock held / semaphore full.
+                   kwargs: ``task_id``, ``name``, ``kind``, ``policy``
+                   (``"skip"``, ``"retry"``, ``"wait"``, ``"raise"``,
+                   ``"dedupe"`` at enqueue, ``"redelivered"`` for a same-id
+                   re-run)
+``lock_released``  the lock/slot was given back.  kwargs: ``task_id``,
+                   ``name``, ``token``, ``kind``, ``reason`` (``"finished"``,
+                   ``"retry"``, or for clean-up by the worker's main process
+                   ``"worker lost"``, ``"terminated"``, ``"time limit"``),
+                   ``held`` (whether Redis still had it)
+``lock_lost``      the heartbeat found the lease gone while the task ran
+                   (sent from the heartbeat thread).  kwargs: ``task_id``,
+                   ``name``, ``token``, ``kind``, ``reason``
+=================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from celery.utils.dispatch import Signal
+
+__all__ = ["lock_acquired", "lock_contended", "lock_lost", "lock_released"]
+
+lock_acquired = Signal(
+    name="redislock_acquired", providing_args={"task_id", "name", "token", "kind", "waited"}
+)
+lock_contended = Signal(
+    name="redislock_contended", providing_args={"task_id", "name", "kind", "policy"}
+)
+lock_released = Signal(
+    name="redislock_released",
+    providing_args={"task_id", "name", "token", "kind", "reason", "held"},
+)
+lock_lost = Signal(
+    name="redislock_lost", providing_args={"task_id", "name", "token", "kind", "reason"}
+)

@@ -1,0 +1,1 @@
+"""Celery apps the tests run in real ``celery worker`` subprocesses."""

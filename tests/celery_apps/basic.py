@@ -1,0 +1,239 @@
+"""Test app: guarded tasks that record what their bodies did into Redis.
+
+The worker runs ``celery -A tests.celery_apps.basic worker``; the module
+builds ``app`` from environment variables (see :func:`config_from_env`).  The
+test process builds an equal app with :func:`create_app` and the same config,
+so task names and settings match.
+
+Every recording task appends JSON events (``start``/``end`` with wall-clock
+time, pid, task id, retries) to ``<prefix>:rec:<task>:<key>``: assertions come
+from the task bodies themselves.  Library signals are appended to
+``<prefix>:signals`` in whatever process sends them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.exceptions import Ignore, Reject
+from celery.signals import worker_ready
+
+from celery_redislock import LockedTask, SemaphoreTask, signals
+
+ENV_PREFIX = "REDISLOCK_TEST_"
+
+
+def config_from_env() -> dict[str, str]:
+    return {
+        k[len(ENV_PREFIX) :].lower(): v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)
+    }
+
+
+def env_from_config(config: dict[str, str]) -> dict[str, str]:
+    return {ENV_PREFIX + k.upper(): str(v) for k, v in config.items()}
+
+
+class Recorder:
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url
+        self.prefix = prefix
+        self._client: Any = None
+        self._pid = 0
+
+    @property
+    def client(self) -> Any:
+        if self._client is None or self._pid != os.getpid():
+            self._client = redis.Redis.from_url(self.url, socket_timeout=10)
+            self._pid = os.getpid()
+        return self._client
+
+    def key(self, task: str, key: object) -> str:
+        return f"{self.prefix}:rec:{task}:{key}"
+
+    def event(self, task: Any, key: object, what: str, **data: Any) -> None:
+        request = task.request
+        record = {
+            "what": what,
+            "t": time.time(),
+            "pid": os.getpid(),
+            "id": request.id,
+            "retries": request.retries,
+            **data,
+        }
+        self.client.rpush(self.key(task.name.rsplit(".", 1)[-1], key), json.dumps(record))
+
+    def events(self, task: str, key: object) -> list[dict[str, Any]]:
+        return [json.loads(raw) for raw in self.client.lrange(self.key(task, key), 0, -1)]
+
+    def signals(self) -> list[dict[str, Any]]:
+        return [json.loads(raw) for raw in self.client.lrange(f"{self.prefix}:signals", 0, -1)]
+
+
+def create_app(config: dict[str, str]) -> Celery:
+    redis_url = config["redis"]
+    prefix = config["prefix"]
+    app = Celery("basic", set_as_current=False)
+    app.conf.update(
+        broker_url=config.get("broker", redis_url),
+        result_backend=redis_url,
+        redislock_url=redis_url,
+        redislock_prefix=prefix,
+        redislock_default_ttl=float(config.get("ttl", 30)),
+        task_default_queue=f"q-{prefix}",
+        worker_prefetch_multiplier=int(config.get("prefetch", 1)),
+        task_acks_late=config.get("acks_late") == "1",
+        task_reject_on_worker_lost=config.get("acks_late") == "1",
+        broker_transport_options={"visibility_timeout": float(config.get("visibility", 3600))},
+        broker_connection_retry_on_startup=True,
+        result_expires=600,
+        worker_hijack_root_logger=False,
+    )
+    rec = Recorder(redis_url, prefix)
+    app.recorder = rec  # type: ignore[attr-defined]
+
+    def body(task: Any, key: object, duration: float, **data: Any) -> dict[str, Any]:
+        lease = task.request.redislock
+        rec.event(task, key, "start", token=lease.token, name=lease.name, **data)
+        time.sleep(duration)
+        rec.event(task, key, "end", owned=lease.owned())
+        return {"token": lease.token, "name": lease.name}
+
+    @app.task(bind=True, base=LockedTask, name="basic.refresh_cache", lock_key="cache:{user_id}")
+    def refresh_cache(self: Any, user_id: Any, duration: float = 0.5) -> Any:
+        return body(self, user_id, duration)
+
+    @app.task(
+        bind=True,
+        base=LockedTask,
+        name="basic.refresh_dedupe",
+        lock_key="dedupe:{user_id}",
+        lock_dedupe=True,
+    )
+    def refresh_dedupe(self: Any, user_id: Any, duration: float = 0.5) -> Any:
+        return body(self, user_id, duration)
+
+    @app.task(
+        bind=True,
+        base=SemaphoreTask,
+        name="basic.sync_account",
+        semaphore_key="account:{account_id}",
+        semaphore_limit=2,
+        lock_retry_countdown=0.1,
+        lock_retry_jitter=0.3,
+        lock_retry_max=None,
+    )
+    def sync_account(self: Any, account_id: Any, n: int = 0, duration: float = 0.3) -> Any:
+        return body(self, account_id, duration, n=n)
+
+    @app.task(bind=True, base=LockedTask, name="basic.sleeper", lock_key="sleep:{key}")
+    def sleeper(self: Any, key: Any, duration: float = 1.0) -> Any:
+        return body(self, key, duration)
+
+    @app.task(bind=True, base=LockedTask, name="basic.stubborn", lock_key="sleep:{key}")
+    def stubborn(self: Any, key: Any, duration: float = 1.0) -> Any:
+        # SIGTERM is blocked: only SIGKILL ends this body early, so nothing in
+        # this process can release the lock then.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            return body(self, key, duration)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+    @app.task(
+        bind=True,
+        base=LockedTask,
+        name="basic.limited_retry",
+        lock_key="sleep:{key}",
+        lock_policy="retry",
+        lock_retry_max=2,
+        lock_retry_countdown=0.1,
+        lock_retry_jitter=0.0,
+    )
+    def limited_retry(self: Any, key: Any, duration: float = 0.1) -> Any:
+        return body(self, key, duration)
+
+    @app.task(
+        bind=True,
+        base=LockedTask,
+        name="basic.fail",
+        lock_key="fail:{key}",
+    )
+    def fail(self: Any, key: Any) -> Any:
+        rec.event(self, key, "start")
+        raise ValueError(f"failing on purpose: {key}")
+
+    @app.task(bind=True, base=LockedTask, name="basic.retrying", lock_key="retry:{key}")
+    def retrying(self: Any, key: Any, times: int = 1) -> Any:
+        rec.event(self, key, "start", token=self.request.redislock.token)
+        if self.request.retries < times:
+            raise self.retry(countdown=0)
+        return self.request.retries
+
+    @app.task(
+        bind=True,
+        base=LockedTask,
+        name="basic.autoretrying",
+        lock_key="autoretry:{key}",
+        autoretry_for=(KeyError,),
+        retry_kwargs={"countdown": 0},
+        max_retries=3,
+    )
+    def autoretrying(self: Any, key: Any, times: int = 1) -> Any:
+        rec.event(self, key, "start", token=self.request.redislock.token)
+        if self.request.retries < times:
+            raise KeyError(key)
+        return self.request.retries
+
+    @app.task(bind=True, base=LockedTask, name="basic.ignoring", lock_key="ignore:{key}")
+    def ignoring(self: Any, key: Any) -> Any:
+        rec.event(self, key, "start")
+        raise Ignore()
+
+    @app.task(bind=True, base=LockedTask, name="basic.rejecting", lock_key="reject:{key}")
+    def rejecting(self: Any, key: Any) -> Any:
+        rec.event(self, key, "start")
+        raise Reject("rejecting on purpose", requeue=False)
+
+    @app.task(bind=True, base=LockedTask, name="basic.watch_lost", lock_key="lost:{key}")
+    def watch_lost(self: Any, key: Any, timeout: float = 20.0) -> Any:
+        lease = self.request.redislock
+        rec.event(self, key, "start", token=lease.token)
+        deadline = time.monotonic() + timeout
+        while lease.owned() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rec.event(self, key, "end", owned=lease.owned())
+        return lease.owned()
+
+    for lib_signal in (
+        signals.lock_acquired,
+        signals.lock_contended,
+        signals.lock_released,
+        signals.lock_lost,
+    ):
+
+        def receiver(sender: Any = None, _signal: Any = lib_signal, **kwargs: Any) -> None:
+            if getattr(sender, "app", None) is not app:
+                return
+            kwargs.pop("signal", None)
+            event = {"signal": _signal.name, "pid": os.getpid(), "t": time.time(), **kwargs}
+            rec.client.rpush(f"{prefix}:signals", json.dumps(event, default=str))
+
+        lib_signal.connect(receiver, weak=False)
+    return app
+
+
+if os.environ.get(ENV_PREFIX + "PREFIX"):
+    app = create_app(config_from_env())
+
+    @worker_ready.connect(weak=False)
+    def _ready(**_: Any) -> None:
+        path = os.environ.get(ENV_PREFIX + "READY_FILE")
+        if path:
+            Path(path).write_text(str(os.getpid()))
