@@ -349,4 +349,12 @@ def _detection(
     if worst:
         row.figures["worst_detection"] = max(worst.values())
     row.notes.append(f"losses reported without an unsafe fault: {len(spurious)}")
+    false_lost = []
+    for e in events:
+        key = (e["c"], e.get("r", ""), e.get("tok", 0))
+        if e["e"] == "rel" and e.get("lost") and key in intervals:
+            until_release = Interval(e["c"], e["r"], e["tok"], intervals[key].start, e["t"])
+            if not any(_touches(f, until_release) for f in faults if f["kind"] in UNSAFE):
+                false_lost.append(e)
+    row.notes.append(f"release() raising LockLost without an unsafe fault: {len(false_lost)}")
     return row

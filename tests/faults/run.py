@@ -9,12 +9,14 @@ their clock skewed by +/- 5 minutes) contend for 3 locks and 2 semaphores
 Then faults stop, the clients run on for a calm phase, are told to stop, and
 the server under test must drain to no keys but the fence counters.  The
 checker (``checker.py``) reads the history; the report has one row per
-property.  The seed is printed first: ``--seed`` replays the fault schedule.
+property.  The seed is printed first: ``--seed`` replays the fault schedule; the client
+logs and the whole history (``history.jsonl``) stay in the printed directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import tempfile
@@ -29,6 +31,7 @@ from celery_redislock.connection import client_from_url
 from celery_redislock.devserver import RedisServer
 from celery_redislock.leaseset import WAIT_LEASE
 
+from .celery_run import run_celery
 from .checker import Row, check
 from .history import HOLDING_KEY, STOP_KEY, Recorder, load
 from .injector import Fleet, Injector
@@ -52,6 +55,10 @@ class Settings:
     locks: tuple[str, ...] = ("lock-a", "lock-b", "lock-c")
     semaphores: dict[str, int] = field(default_factory=lambda: {"sem-x": 3, "sem-y": 3})
     prefix: str = PREFIX
+    celery: bool = True  # property 6 (celery worker subprocesses) after 1-5
+    celery_seconds: float = 25.0
+    celery_backlog: int = 8
+    celery_ttl: float = 3.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -62,6 +69,7 @@ class Settings:
             settings.seconds = 600.0
         if os.environ.get("FAULTS_SECONDS"):
             settings.seconds = float(os.environ["FAULTS_SECONDS"])
+        settings.celery_seconds = max(25.0, settings.seconds / 2)
         if os.environ.get("FAULTS_SEED"):
             settings.seed = int(os.environ["FAULTS_SEED"])
         return settings
@@ -85,7 +93,9 @@ class Outcome:
         lines = [
             f"Fault-injection run: seed {s.seed}, {s.seconds:.0f} s of faults, {s.clients} "
             f"clients (2 with clocks skewed +/-{s.skewed:.0f} s), TTL {s.ttl} s, heartbeat "
-            f"interval {s.ttl / 3:.2f} s, {self.elapsed:.0f} s in all.",
+            f"interval {s.ttl / 3:.2f} s; then {s.celery_seconds:.0f} s of kills of 2 celery "
+            f"prefork workers (2 children each, TTL {s.celery_ttl} s); "
+            f"{self.elapsed:.0f} s in all.",
             "Faults injected: "
             + ", ".join(f"{kind} {n}" for kind, n in self.injected.items())
             + f" (total {sum(self.injected.values())}).",
@@ -159,11 +169,21 @@ def run(settings: Settings, logdir: Path | None = None) -> Outcome:
         events = load(rec_client)
         rec_client.close()
         test_client.close()
+    with open(logdir / "history.jsonl", "w") as out:
+        out.writelines(json.dumps(e, sort_keys=True) + "\n" for e in events)
     limits = dict.fromkeys(settings.locks, 1) | settings.semaphores
     rows, figures = check(events, settings, limits)
     rows["5"] = leaks
     leaks.faults = sum(injector.injected.values())
-    return Outcome(rows, figures, injector.injected, settings, time.monotonic() - began, logdir)
+    injected = dict(injector.injected)
+    if settings.celery:
+        rows["6"], celery_injected = run_celery(
+            settings.seed, settings.celery_seconds, settings.celery_backlog,
+            settings.celery_ttl, logdir,
+        )  # fmt: skip
+        injected |= celery_injected
+        figures |= rows["6"].figures
+    return Outcome(rows, figures, injected, settings, time.monotonic() - began, logdir)
 
 
 def _check_leaks(client: Any, settings: Settings, row: Row) -> None:
@@ -198,8 +218,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=defaults.seconds)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--clients", type=int, default=defaults.clients)
+    parser.add_argument("--no-celery", action="store_true", help="skip property 6")
     args = parser.parse_args()
-    settings = Settings(seconds=args.seconds, seed=args.seed, clients=args.clients)
+    settings = Settings(
+        seconds=args.seconds, seed=args.seed, clients=args.clients, celery=not args.no_celery,
+        celery_seconds=max(25.0, args.seconds / 2),
+    )  # fmt: skip
     outcome = run(settings)
     print(outcome.report())
     raise SystemExit(1 if outcome.violations else 0)
