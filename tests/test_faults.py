@@ -42,6 +42,25 @@ def test_guarantees_hold_under_random_faults(capsys: pytest.CaptureFixture[str])
     assert outcome.figures["worst_freed"] <= settings.ttl + settings.ttl / 3 + settings.grace
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_suite_catches_clients_without_fencing_or_heartbeat(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Self-test end to end: the same harness, with clients that write the
+    resource with plain GET/SET and never renew their leases, must report
+    lost updates (property 1) and overlapping holders (property 2)."""
+    settings = Settings(
+        seconds=12, calm=2, celery=False, faults=("holder_pause",),
+        mutants=("no-fence", "no-heartbeat"), long_share=0.3,
+    )  # fmt: skip
+    outcome = run(settings)
+    with capsys.disabled():
+        print("\nSelf-test with broken clients (violations expected):\n" + outcome.report())
+    assert any("lost update" in v for v in outcome.rows["1"].violations)
+    assert any("holders at once" in v for v in outcome.rows["2"].violations)
+
+
 # -- the checker finds what it should, on made-up histories --------------------
 
 S = Settings(ttl=3.0, grace=0.0)

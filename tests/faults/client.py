@@ -17,6 +17,10 @@ with Redis TIME (see ``history.py``):
 ``rel``      release returned (ok) or raised LockLost (lost) / another error (err)
 ``lost``     the heartbeat's on_lost callback ran for the lease (tok, why)
 
+``mutants`` (for the suite's self-test only) break the client on purpose:
+``no-fence`` reads and writes the resource with plain HGET / HSET,
+``no-heartbeat`` never renews a lease.
+
 A client with ``skew`` set runs with ``time.time`` moved by that many
 seconds, before the library is imported: the library must not care.
 """
@@ -48,6 +52,11 @@ def main(config: dict[str, Any]) -> None:
 
     from .history import STOP_KEY, Recorder
 
+    mutants = config.get("mutants", ())
+    if "no-heartbeat" in mutants:  # leases are never renewed: expire mid-hold
+        from celery_redislock.heartbeat import HEARTBEAT
+
+        HEARTBEAT.add = lambda lease: None  # type: ignore[method-assign]
     cid = str(config["id"])
     rng = random.Random(config["seed"])
     rec_client = redis.Redis.from_url(config["rec_url"], socket_timeout=30)
@@ -93,22 +102,21 @@ def main(config: dict[str, Any]) -> None:
             work = rng.uniform(*config["work"])
         if limit == 1:
             resource = FencedResource(rec_client, f"faults:res:{name}")
-            claim = resource.claim(tok)
-            prev = int(claim.value or 0)
-            rec("read", r=name, tok=tok, acc=claim.accepted, value=prev)
+            if "no-fence" in mutants:  # a plain GET / SET: what fencing prevents
+                accepted, prev = True, int(rec_client.hget(resource.key, "value") or 0)
+            else:
+                claim = resource.claim(tok)
+                accepted, prev = claim.accepted, int(claim.value or 0)
+            rec("read", r=name, tok=tok, acc=accepted, value=prev)
             time.sleep(work)
-            if claim.accepted:
+            if accepted:
                 owned = holder.owned()
-                done = resource.write(tok, prev + 1)
-                rec(
-                    "write",
-                    r=name,
-                    tok=tok,
-                    prev=prev,
-                    new=prev + 1,
-                    acc=done.accepted,
-                    owned=owned,
-                )
+                if "no-fence" in mutants:
+                    rec_client.hset(resource.key, "value", prev + 1)
+                    done = True
+                else:
+                    done = resource.write(tok, prev + 1).accepted
+                rec("write", r=name, tok=tok, prev=prev, new=prev + 1, acc=done, owned=owned)
         else:
             time.sleep(work)
         rec("exit", "-", r=name, tok=tok)

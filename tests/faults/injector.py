@@ -134,11 +134,13 @@ class Injector:
 
     def run(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
-        kinds = list(FAULTS)
+        kinds = list(self.s.faults)
         self.rng.shuffle(kinds)  # every kind at least once, then at random
         while time.monotonic() < deadline:
             time.sleep(self.rng.uniform(0.2, 1.0) * self.s.ttl)
-            kind = kinds.pop() if kinds else self.rng.choice(FAULTS)
+            if not self.s.faults:
+                continue
+            kind = kinds.pop() if kinds else self.rng.choice(self.s.faults)
             if not getattr(self, kind)():
                 kinds.append(kind)  # no victim right now: try again later
 

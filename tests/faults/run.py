@@ -34,7 +34,7 @@ from celery_redislock.leaseset import WAIT_LEASE
 from .celery_run import run_celery
 from .checker import Row, check
 from .history import HOLDING_KEY, STOP_KEY, Recorder, load
-from .injector import Fleet, Injector
+from .injector import FAULTS, Fleet, Injector
 
 PREFIX = "faults"
 
@@ -55,6 +55,8 @@ class Settings:
     locks: tuple[str, ...] = ("lock-a", "lock-b", "lock-c")
     semaphores: dict[str, int] = field(default_factory=lambda: {"sem-x": 3, "sem-y": 3})
     prefix: str = PREFIX
+    faults: tuple[str, ...] = FAULTS  # the kinds to draw from
+    mutants: tuple[str, ...] = ()  # self-test: break the clients (see client.py)
     celery: bool = True  # property 6 (celery worker subprocesses) after 1-5
     celery_seconds: float = 25.0
     celery_backlog: int = 8
@@ -146,6 +148,7 @@ def run(settings: Settings, logdir: Path | None = None) -> Outcome:
             "long_share": settings.long_share,
             "locks": list(settings.locks),
             "semaphores": settings.semaphores,
+            "mutants": list(settings.mutants),
         }
         fleet = Fleet(base, logdir, settings.seed)
         injector = Injector(under_test, fleet, rec, test_client, settings.seed, settings)
