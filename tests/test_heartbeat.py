@@ -1,0 +1,89 @@
+"""The per-process renewer: batching, fork safety, surviving Redis trouble."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import redis
+
+from celery_redislock import RedisLock
+from celery_redislock.devserver import RedisServer
+from celery_redislock.heartbeat import HEARTBEAT
+from tests.waiting import wait_for
+
+
+def test_one_batched_call_per_beat_for_many_leases(own_redis: RedisServer) -> None:
+    client = redis.Redis.from_url(own_redis.url)
+    locks = [RedisLock(client, f"b{i}", ttl=0.9) for i in range(100)]
+    for lock in locks:
+        assert lock.acquire()
+    client.config_resetstat()
+    start = HEARTBEAT.beats
+    wait_for(lambda: HEARTBEAT.beats >= start + 5, timeout=20, message="five beats")
+    beats = HEARTBEAT.beats - start
+    calls = client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    assert beats <= calls <= beats + 1  # one refresh call per beat (one may be in flight)
+    assert all(lock.owned() for lock in locks)
+    for lock in locks:
+        lock.release()
+
+
+def test_forked_child_does_not_renew_parent_leases(redis_client: Any, prefix: str) -> None:
+    lock = RedisLock(redis_client, "fork", ttl=5, prefix=prefix)
+    assert lock.acquire()
+    assert lock.lease in HEARTBEAT.leases()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os._exit(0 if HEARTBEAT.leases() == [] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert lock.lease in HEARTBEAT.leases()
+    lock.release()
+
+
+def test_renewer_survives_a_paused_redis(own_redis: RedisServer) -> None:
+    client = redis.Redis.from_url(own_redis.url, socket_timeout=0.3)
+    lock = RedisLock(client, "pause", ttl=6)
+    assert lock.acquire()
+    own_redis.pause()
+    try:
+        start = HEARTBEAT.beats
+        wait_for(lambda: HEARTBEAT.beats >= start + 1, timeout=10, message="a failed beat")
+    finally:
+        own_redis.resume()
+    start = HEARTBEAT.beats
+    wait_for(lambda: HEARTBEAT.beats >= start + 2, timeout=15, message="beats after resume")
+    assert lock.owned()
+    assert lock.holders()[0].expires_in > 6 - 2.5  # renewed since the pause
+    lock.release()
+
+
+def test_pause_longer_than_ttl_is_reported_from_the_local_deadline(
+    own_redis: RedisServer,
+) -> None:
+    lost: list[str] = []
+    client = redis.Redis.from_url(own_redis.url, socket_timeout=10)
+    lock = RedisLock(client, "hang", ttl=1.5, on_lost=lambda lease: lost.append("x"))
+    assert lock.acquire()
+    own_redis.pause()
+    try:
+        paused_at = time.monotonic()
+        # renewals hang (socket_timeout 10 s), yet the loss is reported at the TTL
+        wait_for(lambda: lost, timeout=5, message="loss reported while Redis hangs")
+        assert time.monotonic() - paused_at < 5
+        assert not lock.owned()
+    finally:
+        own_redis.resume()
+    assert lock.lease is not None and "not confirmed" in (lock.lease.lost_reason or "")
+
+
+def test_lease_lost_when_redis_restarts_empty(own_redis: RedisServer) -> None:
+    client = redis.Redis.from_url(own_redis.url)
+    lost: list[str] = []
+    lock = RedisLock(client, "restart", ttl=3, on_lost=lambda lease: lost.append(lease.name))
+    assert lock.acquire()
+    own_redis.restart()
+    wait_for(lambda: lost, timeout=3, message="loss after restart")
+    assert lost == ["restart"]

@@ -1,0 +1,213 @@
+"""RedisLock against a real redis-server and real processes."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from celery_redislock import AcquireTimeout, LockError, LockLost, NotOwned, RedisLock
+from celery_redislock.devserver import RedisServer
+from celery_redislock.heartbeat import HEARTBEAT
+from tests import procs
+from tests.conftest import keys_with_prefix
+from tests.waiting import wait_for
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def test_counter_experiment_under_contention(
+    redis_url: str, redis_client: Any, prefix: str
+) -> None:
+    """Seed 004's lost-update experiment: 16 processes, read-sleep-write under the lock."""
+    processes, increments = 16, 15
+    workers = [
+        SPAWN.Process(target=procs.counter_worker, args=(redis_url, prefix, increments, seed))
+        for seed in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    assert int(redis_client.get(f"{prefix}:value")) == processes * increments
+    tokens = [int(t) for t in redis_client.lrange(f"{prefix}:tokens", 0, -1)]
+    assert len(tokens) == processes * increments
+    assert all(a < b for a, b in itertools.pairwise(tokens)), "tokens not increasing"
+
+
+def test_killed_holder_frees_lock_after_ttl(redis_url: str, redis_client: Any, prefix: str) -> None:
+    ready = f"{prefix}:ready"
+    holder = SPAWN.Process(target=procs.hold_forever, args=(redis_url, prefix, "k", 1.5, ready))
+    holder.start()
+    try:
+        wait_for(lambda: redis_client.llen(ready), timeout=30, message="holder to acquire")
+        dead_token = int(redis_client.lindex(ready, 0))
+        waiter = RedisLock(redis_client, "k", ttl=5, prefix=prefix)
+        assert not waiter.acquire(blocking=False)
+        assert holder.pid is not None
+        os.kill(holder.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        assert waiter.acquire(timeout=30)
+        # nobody released: the lease had to run out (1.5 s), not be handed over
+        assert time.monotonic() - killed_at > 0.5
+        assert waiter.token is not None and waiter.token > dead_token
+        waiter.release()
+    finally:
+        holder.kill()
+        holder.join()
+
+
+def test_heartbeat_keeps_lock_five_ttls(redis_client: Any, prefix: str) -> None:
+    lock = RedisLock(redis_client, "long", ttl=0.6, prefix=prefix)
+    other = RedisLock(redis_client, "long", ttl=0.6, prefix=prefix)
+    assert lock.acquire()
+    deadline = time.monotonic() + 5 * 0.6
+    while time.monotonic() < deadline:
+        assert lock.owned()
+        assert not other.acquire(blocking=False)
+        time.sleep(0.1)
+    assert [h.owner for h in lock.holders()] == [lock.lease.owner]  # type: ignore[union-attr]
+    lock.release()
+
+
+def test_holder_is_told_when_key_deleted(redis_client: Any, prefix: str) -> None:
+    lost: list[Any] = []
+    lock = RedisLock(redis_client, "gone", ttl=3, prefix=prefix, on_lost=lost.append)
+    assert lock.acquire()
+    redis_client.delete(lock.keys.holders)
+    deleted_at = time.monotonic()
+    # one heartbeat interval is 1 s; the TTL (3 s) would tell it only later
+    wait_for(lambda: lost, timeout=2.5, message="on_lost callback")
+    assert time.monotonic() - deleted_at < 3
+    assert lost == [lock.lease]
+    assert not lock.owned()
+    assert lock.lease is not None and "gone at renewal" in (lock.lease.lost_reason or "")
+    with pytest.raises(LockLost):
+        lock.release()
+
+
+def test_waiter_is_woken_by_release(own_redis: RedisServer, prefix: str) -> None:
+    """The waiter issues one acquire and one BLPOP: it is woken by the release, no poll."""
+    client = redis.Redis.from_url(own_redis.url)
+    holder = RedisLock(client, "wake", ttl=30, prefix=prefix)
+    waiter = RedisLock(client, "wake", ttl=30, prefix=prefix)
+    assert holder.acquire()
+    holder_token = holder.token
+    client.config_resetstat()
+    woke: list[float] = []
+
+    def wait() -> None:
+        assert waiter.acquire(timeout=20)
+        woke.append(time.monotonic())
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_for(lambda: holder.waiters(), message="waiter to queue")
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(20)
+    assert woke, "waiter did not acquire"
+    stats = client.info("commandstats")
+    assert stats["cmdstat_blpop"]["calls"] == 1
+    assert woke[0] - released_at < 1.0  # woken by the release, long before the 2.5 s re-arm
+    assert waiter.owned() and waiter.token is not None and holder_token is not None
+    assert waiter.token > holder_token
+    waiter.release()
+
+
+def test_waiters_are_served_in_arrival_order(redis_client: Any, prefix: str) -> None:
+    holder = RedisLock(redis_client, "fifo", ttl=10, prefix=prefix)
+    assert holder.acquire()
+    order: list[int] = []
+    threads = []
+    for i in range(6):
+
+        def run(i: int = i) -> None:
+            lock = RedisLock(redis_client, "fifo", ttl=10, prefix=prefix)
+            assert lock.acquire(timeout=30)
+            order.append(i)
+            lock.release()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        threads.append(thread)
+        wait_for(lambda i=i: len(holder.waiters()) == i + 1, message=f"waiter {i} queued")
+    holder.release()
+    for thread in threads:
+        thread.join(30)
+    assert order == list(range(6))
+
+
+def test_fencing_tokens_increase_across_fence_loss_and_restart(own_redis: RedisServer) -> None:
+    client = redis.Redis.from_url(own_redis.url)
+    tokens = []
+    for step in range(3):
+        lock = RedisLock(client, "fence", ttl=5)
+        assert lock.acquire()
+        tokens.append(lock.token)
+        lock.release()
+        if step == 0:
+            client.delete(lock.keys.fence)
+        if step == 1:
+            own_redis.restart()
+    assert tokens[0] < tokens[1] < tokens[2]
+
+
+def test_nothing_left_after_release_but_bounded_fence(redis_client: Any, prefix: str) -> None:
+    locks = [RedisLock(redis_client, f"n{i}", ttl=5, prefix=prefix) for i in range(5)]
+    for lock in locks:
+        assert lock.acquire()
+    waiter = RedisLock(redis_client, "n0", ttl=5, prefix=prefix)
+    assert not waiter.acquire(timeout=0.05)  # queued, then gave up
+    for lock in locks:
+        lock.release()
+    remaining = keys_with_prefix(redis_client, prefix)
+    assert remaining == sorted(f"{prefix}:{{n{i}}}:fence" for i in range(5))
+    for key in remaining:
+        assert 0 < redis_client.pttl(key) <= 600_000
+
+
+def test_context_manager_and_timeouts(redis_client: Any, prefix: str) -> None:
+    with RedisLock(redis_client, "cm", prefix=prefix) as lock:
+        assert lock.owned() and lock.locked()
+        with (
+            pytest.raises(AcquireTimeout),
+            RedisLock(redis_client, "cm", prefix=prefix, blocking_timeout=0.05),
+        ):
+            pass  # pragma: no cover
+        with pytest.raises(LockError, match="already holds"):
+            lock.acquire()
+    assert not lock.owned() and not lock.locked()
+    with pytest.raises(NotOwned):
+        lock.release()
+    with pytest.raises(NotOwned):
+        lock.refresh()
+
+
+def test_refresh_never_revives_an_expired_lease(redis_client: Any, prefix: str) -> None:
+    lock = RedisLock(redis_client, "stale", ttl=0.2, prefix=prefix)
+    assert lock.acquire()
+    assert lock.lease is not None
+    HEARTBEAT.discard(lock.lease)  # nobody renews it now
+    wait_for(lambda: not lock.holders(), timeout=5, message="lease to expire")
+    assert lock.refresh() is False
+    assert not lock.holders() and not lock.owned()
+    assert RedisLock(redis_client, "stale", prefix=prefix).acquire(blocking=False)
+
+
+def test_unreachable_redis_fails_closed(prefix: str) -> None:
+    from celery_redislock.devserver import free_port
+
+    client = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    lock = RedisLock(client, "down", prefix=prefix)
+    with pytest.raises(redis.ConnectionError):
+        lock.acquire()
+    assert not lock.owned() and lock.token is None
