@@ -56,7 +56,7 @@ def create_app(config: dict[str, str]) -> Celery:
     url = config["redis"]
     app = Celery("faults", set_as_current=False)
     app.conf.update(
-        broker_url=url,
+        broker_url=config.get("broker", url),
         result_backend=url,
         redislock_url=url,
         redislock_prefix=config["prefix"],
@@ -67,11 +67,13 @@ def create_app(config: dict[str, str]) -> Celery:
         task_reject_on_worker_lost=True,
         # A whole-worker SIGKILL leaves its reserved messages in the transport's
         # "unacked" hash; they are restored visibility_timeout after delivery,
-        # by a sweep that kombu runs every interval * throttle = 100 s by default.
+        # by a sweep that kombu runs every interval * throttle = 100 s by default,
+        # under a mutex that a worker killed mid-sweep holds for its expiry (300 s).
         broker_transport_options={
             "visibility_timeout": float(config["visibility"]),
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
+            "unacked_mutex_expire": 5,
         },
         broker_connection_retry_on_startup=True,
         result_expires=600,
@@ -90,14 +92,15 @@ def create_app(config: dict[str, str]) -> Celery:
     retry = {"lock_retry_countdown": 0.05, "lock_retry_jitter": 0.2, "lock_retry_max": None}
 
     @app.task(
-        bind=True, base=LockedTask, name="faults.locked", lock_key="fk:{key}",
+        bind=True, shared=False, base=LockedTask, name="faults.locked", lock_key="fk:{key}",
         lock_policy="retry", **retry,
     )  # fmt: skip
     def locked(self: Any, key: str, n: int, duration: float) -> int:
         return body(self, "lock", key, n, duration)
 
     @app.task(
-        bind=True, base=SemaphoreTask, name="faults.limited", semaphore_key="fs:{key}",
+        bind=True, shared=False, base=SemaphoreTask, name="faults.limited",
+        semaphore_key="fs:{key}",
         semaphore_limit=SEMAPHORE_LIMIT, **retry,
     )  # fmt: skip
     def limited(self: Any, key: str, n: int, duration: float) -> int:

@@ -295,6 +295,7 @@ def _detection(
         ):
             learned.setdefault(key, e["t"])
     worst: dict[str, float] = {}
+    already = 0
     for f in faults:
         kind = f["kind"]
         if kind not in UNSAFE:
@@ -330,6 +331,9 @@ def _detection(
                     f"{kind}: client {iv.c} never learned it lost {iv.r} token {iv.tok}"
                 )
                 continue
+            if when < f["start"]:
+                already += 1  # lost to an earlier fault, and knew it already
+                continue
             delay = when - ref
             worst[kind] = max(worst.get(kind, -1e9), delay)
             if delay > bound:
@@ -346,6 +350,8 @@ def _detection(
     ]
     for kind, delay in sorted(worst.items()):
         row.notes.append(f"{kind}: worst delay {delay:+.2f} s")
+    if already:
+        row.notes.append(f"{already} holders hit again after learning of an earlier loss")
     if worst:
         row.figures["worst_detection"] = max(worst.values())
     row.notes.append(f"losses reported without an unsafe fault: {len(spurious)}")

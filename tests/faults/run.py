@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -58,7 +59,13 @@ class Settings:
     faults: tuple[str, ...] = FAULTS  # the kinds to draw from
     mutants: tuple[str, ...] = ()  # self-test: break the clients (see client.py)
     celery: bool = True  # property 6 (celery worker subprocesses) after 1-5
-    celery_seconds: float = 25.0
+    celery_seconds: float = 15.0
+    # property 6 again with RabbitMQ as the broker, when it answers there
+    amqp_url: str = field(
+        default_factory=lambda: os.environ.get(
+            "FAULTS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//"
+        )
+    )
     celery_backlog: int = 8
     celery_ttl: float = 3.0
 
@@ -66,12 +73,12 @@ class Settings:
     def from_env(cls) -> Settings:
         """Short mode by default; ``FAULTS_LONG=1`` (10 min) or ``FAULTS_SECONDS=N``;
         ``FAULTS_SEED=S`` replays a schedule."""
-        settings = cls(seconds=45.0)
+        settings = cls(seconds=40.0)
         if os.environ.get("FAULTS_LONG"):
             settings.seconds = 600.0
         if os.environ.get("FAULTS_SECONDS"):
             settings.seconds = float(os.environ["FAULTS_SECONDS"])
-        settings.celery_seconds = max(25.0, settings.seconds / 2)
+        settings.celery_seconds = max(15.0, settings.seconds / 3)
         if os.environ.get("FAULTS_SEED"):
             settings.seed = int(os.environ["FAULTS_SEED"])
         return settings
@@ -95,8 +102,8 @@ class Outcome:
         lines = [
             f"Fault-injection run: seed {s.seed}, {s.seconds:.0f} s of faults, {s.clients} "
             f"clients (2 with clocks skewed +/-{s.skewed:.0f} s), TTL {s.ttl} s, heartbeat "
-            f"interval {s.ttl / 3:.2f} s; then {s.celery_seconds:.0f} s of kills of 2 celery "
-            f"prefork workers (2 children each, TTL {s.celery_ttl} s); "
+            f"interval {s.ttl / 3:.2f} s; then, per broker, {s.celery_seconds:.0f} s of "
+            f"kills of 2 celery prefork workers (2 children each, TTL {s.celery_ttl} s); "
             f"{self.elapsed:.0f} s in all.",
             "Faults injected: "
             + ", ".join(f"{kind} {n}" for kind, n in self.injected.items())
@@ -186,6 +193,15 @@ def run(settings: Settings, logdir: Path | None = None) -> Outcome:
         )  # fmt: skip
         injected |= celery_injected
         figures |= rows["6"].figures
+        if _reachable(settings.amqp_url):
+            rows["6b"], amqp_injected = run_celery(
+                settings.seed + 1, settings.celery_seconds, settings.celery_backlog,
+                settings.celery_ttl, logdir, broker=settings.amqp_url,
+            )  # fmt: skip
+            rows["6b"].title = rows["6b"].title.replace("6.", "6b.", 1)
+            injected = {k: n + amqp_injected.get(k, 0) for k, n in injected.items()}
+        else:
+            rows["6b"] = Row(f"6b. Celery with RabbitMQ: not run, {settings.amqp_url} unreachable")
     return Outcome(rows, figures, injected, settings, time.monotonic() - began, logdir)
 
 
@@ -207,6 +223,16 @@ def _check_leaks(client: Any, settings: Settings, row: Row) -> None:
     row.notes.append(f"{len(keys)} keys left, all fence counters with an expiry")
 
 
+def _reachable(url: str) -> bool:
+    host_port = url.split("@")[-1].split("/")[0]
+    host, _, port = host_port.partition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port or 5672)), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
 def _wait(condition: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -225,7 +251,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings(
         seconds=args.seconds, seed=args.seed, clients=args.clients, celery=not args.no_celery,
-        celery_seconds=max(25.0, args.seconds / 2),
+        celery_seconds=max(15.0, args.seconds / 3),
     )  # fmt: skip
     outcome = run(settings)
     print(outcome.report())
