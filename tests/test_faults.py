@@ -123,9 +123,18 @@ def test_checker_excuses_overlap_only_where_an_unsafe_fault_hit() -> None:
     assert rows["2"].violations == []
     assert rows["4"].ops == 1 and rows["4"].violations == []
     # the same pause of another client excuses nothing
-    other = [dict(e, victim="9") if e["e"] == "fault" else e for e in pause]
+    other = [dict(e, victim="9") for e in pause if e["e"] == "fault"]
     events = by_time(hold("1", "L", 1, 0, 1), hold("2", "L", 2, 0.9, 2), other)
     assert check(events, S, LIMITS)[0]["2"].violations
+
+
+def test_checker_excuses_a_holder_that_was_told_of_a_loss_no_fault_caused() -> None:
+    """A process stalled by load beyond its TTL is a pause: reported, excused."""
+    told = [ev(0.95, "1", "lost", r="L", tok=1)]
+    rows, _ = check(by_time(hold("1", "L", 1, 0, 1), hold("2", "L", 2, 0.9, 2), told), S, LIMITS)
+    assert rows["2"].violations == []
+    assert any("stall longer than the TTL: 1" in n for n in rows["2"].notes)
+    assert any("losses reported without an unsafe fault: 1" in n for n in rows["4"].notes)
 
 
 def test_checker_finds_a_lost_update_and_tokens_out_of_order() -> None:
