@@ -30,6 +30,8 @@ pause, Redis restart): it is told (``lock_lost`` signal, warning,
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import logging
 import os
 import random
@@ -122,6 +124,17 @@ def _header(request: Any, name: str) -> Any:
     if value is None:
         value = (getattr(request, "headers", None) or {}).get(name)
     return value
+
+
+def _delay_of(options: Mapping[str, Any]) -> float:
+    """Seconds until a message sent with these options becomes due."""
+    countdown, eta = options.get("countdown"), options.get("eta")
+    if isinstance(countdown, (int, float)) and countdown > 0:
+        return float(countdown)
+    if isinstance(eta, datetime.datetime):
+        now = datetime.datetime.now(eta.tzinfo or None)
+        return max(0.0, (eta - now).total_seconds())
+    return 0.0
 
 
 def _run_of(cls: type) -> tuple[Any, bool] | None:
@@ -280,7 +293,8 @@ class GuardedTask(Task):  # type: ignore[misc]
 
             task_id = task_id or uuid()
             client, settings = client_for(self.app)
-            holder = dedupe.claim(client, settings.prefix, name, task_id, self.lock_dedupe_ttl)
+            ttl = self.lock_dedupe_ttl + _delay_of(options)
+            holder = dedupe.claim(client, settings.prefix, name, task_id, ttl)
             if holder is not None:
                 log.info(
                     "%s: not enqueued, %r already has message %s queued or running (dedupe)",
@@ -303,8 +317,10 @@ class GuardedTask(Task):  # type: ignore[misc]
             )
         except BaseException:
             if claimed and task_id is not None:
-                client, settings = client_for(self.app)
-                dedupe.clear(client, settings.prefix, name, task_id)
+                # Not published: give the key back (best effort; else its TTL does).
+                with contextlib.suppress(RedisError):
+                    client, settings = client_for(self.app)
+                    dedupe.clear(client, settings.prefix, name, task_id)
             raise
 
     # -- run time -----------------------------------------------------------
@@ -322,7 +338,7 @@ class GuardedTask(Task):  # type: ignore[misc]
             raise
         except BaseException:
             # Skipped, failed by policy, or Redis unreachable: this task id is done.
-            self._redislock_clear_marker(request, self.redislock_name(args, kwargs))
+            self._redislock_clear_marker(request, args, kwargs)
             raise
         request.redislock = lease_set
         try:
@@ -332,7 +348,7 @@ class GuardedTask(Task):  # type: ignore[misc]
             retrying = isinstance(exc, Retry)
             self._redislock_exit(request, lease_set, "retry" if retrying else "finished")
             if not retrying:
-                self._redislock_clear_marker(request, lease_set.name)
+                self._redislock_clear_marker(request, args, kwargs)
 
     def retry(
         self,
@@ -349,7 +365,8 @@ class GuardedTask(Task):  # type: ignore[misc]
 
         So the retried message can never meet this execution's lease.  With
         ``throw=False`` the body goes on running, so the lease is kept; the
-        retried run then waits for it (see "redelivery" in the README).
+        retried run finds it held by its own task id and requeues itself until
+        it is free (see "redelivery" in the README).
         """
         request = self.request
         lease_set = getattr(request, "redislock", None)
@@ -384,7 +401,9 @@ class GuardedTask(Task):  # type: ignore[misc]
                     # An earlier delivery of this very task id still holds it
                     # (redelivery after visibility_timeout, or retry(throw=False)).
                     self._redislock_contended(task_id, name, "redelivered")
-                    delay = min(max(h.expires_in for h in mine), self.lock_retry_countdown)
+                    delay = min(
+                        max(h.expires_in for h in mine), max(self.lock_retry_countdown, 0.5)
+                    ) + random.uniform(0, self.lock_retry_jitter)
                     self._redislock_requeue(request, args, kwargs, name, delay, count=False)
             blocking = policy == "wait" or (policy == "retry" and request.is_eager)
             started = time.monotonic()
@@ -508,14 +527,21 @@ class GuardedTask(Task):  # type: ignore[misc]
             kind=self._redislock_kind, reason=reason, held=held,
         )  # fmt: skip
 
-    def _redislock_clear_marker(self, request: Any, name: str) -> None:
-        if not _header(request, HEADER_DEDUPE):
-            return
+    def _redislock_clear_marker(self, request: Any, args: Any, kwargs: Any) -> None:
+        if _header(request, HEADER_DEDUPE):
+            self.redislock_clear_marker(request.id, args, kwargs)
+
+    def redislock_clear_marker(self, task_id: str, args: Any, kwargs: Any) -> bool:
+        """Delete the enqueue marker of this call's key if ``task_id`` holds it."""
         try:
+            name = self.redislock_name(args, kwargs)
             client, settings = client_for(self.app)
-            dedupe.clear(client, settings.prefix, name, request.id)
+            return dedupe.clear(client, settings.prefix, name, task_id)
+        except (TypeError, ValueError):
+            return False  # no key for these arguments: no marker was claimed
         except RedisError as exc:
-            log.error("could not clear the dedupe marker of %r (%r); it expires", name, exc)
+            log.error("could not clear the dedupe marker of %s (%r); it expires", task_id, exc)
+            return False
 
     # -- clean-up for a dead pool child (worker main process) -----------------
 
@@ -557,8 +583,7 @@ class GuardedTask(Task):  # type: ignore[misc]
                 reason=reason, held=held,
             )  # fmt: skip
         if headers.get(HEADER_DEDUPE):
-            client, settings = client_for(self.app)
-            dedupe.clear(client, settings.prefix, name, task_id)
+            self.redislock_clear_marker(task_id, args, kwargs)
         return released
 
 

@@ -5,8 +5,17 @@ session with the config passed as ``REDISLOCK_TEST_*`` environment variables
 (see ``tests/celery_apps/basic.py``), waits for the ready file its
 ``worker_ready`` handler writes, and kills the whole process group on
 :meth:`kill` / teardown.  :func:`worker_factory` is the fixture body: use
-the ``celery_worker_factory`` fixture from ``tests/conftest_celery.py`` or
-import this module directly.
+the ``celery_worker_factory`` fixture (``from tests.celery_harness import
+celery_worker_factory`` in a test module) or :func:`worker_factory` directly
+for module-scoped workers.
+
+Example::
+
+    config = {"redis": redis_url, "prefix": prefix}     # see tests/celery_apps/basic.py
+    app = create_app(config)                            # the client side
+    worker = celery_worker_factory(config, pool="prefork", concurrency=4)
+    app.tasks["basic.sleeper"].delay("k", 1.0).get(timeout=60)
+    worker.children(); worker.stop(); worker.kill(); worker.log_path
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from tests.celery_apps.basic import env_from_config
 
@@ -149,3 +159,10 @@ def worker_factory(log_dir: Path) -> Iterator[Any]:
     finally:
         for worker in started:
             worker.kill()
+
+
+@pytest.fixture
+def celery_worker_factory(tmp_path: Path) -> Iterator[Any]:
+    """``start(config, **WorkerProcess kwargs) -> WorkerProcess``; all killed at teardown."""
+    with worker_factory(tmp_path) as start:
+        yield start

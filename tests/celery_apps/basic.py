@@ -5,6 +5,12 @@ builds ``app`` from environment variables (see :func:`config_from_env`).  The
 test process builds an equal app with :func:`create_app` and the same config,
 so task names and settings match.
 
+Config keys (``REDISLOCK_TEST_<KEY>`` in the worker's environment):
+``redis`` (result backend, default broker and lock Redis), ``prefix`` (lock
+key prefix, queue name and record keys), ``broker``, ``lock_redis``, ``ttl``
+(``redislock_default_ttl``), ``prefetch``, ``acks_late`` ("1"),
+``visibility`` (Redis broker ``visibility_timeout``), ``ready_file``.
+
 Every recording task appends JSON events (``start``/``end`` with wall-clock
 time, pid, task id, retries) to ``<prefix>:rec:<task>:<key>``: assertions come
 from the task bodies themselves.  Library signals are appended to
@@ -83,43 +89,68 @@ def create_app(config: dict[str, str]) -> Celery:
     app.conf.update(
         broker_url=config.get("broker", redis_url),
         result_backend=redis_url,
-        redislock_url=redis_url,
+        redislock_url=config.get("lock_redis", redis_url),
         redislock_prefix=prefix,
         redislock_default_ttl=float(config.get("ttl", 30)),
         task_default_queue=f"q-{prefix}",
         worker_prefetch_multiplier=int(config.get("prefetch", 1)),
         task_acks_late=config.get("acks_late") == "1",
         task_reject_on_worker_lost=config.get("acks_late") == "1",
-        broker_transport_options={"visibility_timeout": float(config.get("visibility", 3600))},
+        broker_transport_options=(
+            {
+                "visibility_timeout": float(config["visibility"]),
+                "unacked_restore_interval": 0.5,
+                "unacked_restore_throttle": 1,
+            }
+            if "visibility" in config
+            else {}
+        ),
         broker_connection_retry_on_startup=True,
         result_expires=600,
         worker_hijack_root_logger=False,
+        # Celery reports a lost child only after this; the library must not wait for it.
+        worker_lost_wait=20.0,
     )
     rec = Recorder(redis_url, prefix)
     app.recorder = rec  # type: ignore[attr-defined]
 
-    def body(task: Any, key: object, duration: float, **data: Any) -> dict[str, Any]:
+    def body(
+        task: Any, key: object, duration: float, gate: bool = False, **data: Any
+    ) -> dict[str, Any]:
         lease = task.request.redislock
         rec.event(task, key, "start", token=lease.token, name=lease.name, **data)
-        time.sleep(duration)
+        if gate:  # run until the test opens the gate (or `duration` passes)
+            deadline = time.monotonic() + duration
+            while not rec.client.exists(f"{prefix}:gate:{key}") and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            time.sleep(duration)
         rec.event(task, key, "end", owned=lease.owned())
         return {"token": lease.token, "name": lease.name}
 
-    @app.task(bind=True, base=LockedTask, name="basic.refresh_cache", lock_key="cache:{user_id}")
-    def refresh_cache(self: Any, user_id: Any, duration: float = 0.5) -> Any:
-        return body(self, user_id, duration)
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.refresh_cache",
+        lock_key="cache:{user_id}",
+    )
+    def refresh_cache(self: Any, user_id: Any, duration: float = 0.5, gate: bool = False) -> Any:
+        return body(self, user_id, duration, gate)
 
     @app.task(
+        shared=False,
         bind=True,
         base=LockedTask,
         name="basic.refresh_dedupe",
         lock_key="dedupe:{user_id}",
         lock_dedupe=True,
     )
-    def refresh_dedupe(self: Any, user_id: Any, duration: float = 0.5) -> Any:
-        return body(self, user_id, duration)
+    def refresh_dedupe(self: Any, user_id: Any, duration: float = 0.5, gate: bool = False) -> Any:
+        return body(self, user_id, duration, gate)
 
     @app.task(
+        shared=False,
         bind=True,
         base=SemaphoreTask,
         name="basic.sync_account",
@@ -132,11 +163,15 @@ def create_app(config: dict[str, str]) -> Celery:
     def sync_account(self: Any, account_id: Any, n: int = 0, duration: float = 0.3) -> Any:
         return body(self, account_id, duration, n=n)
 
-    @app.task(bind=True, base=LockedTask, name="basic.sleeper", lock_key="sleep:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.sleeper", lock_key="sleep:{key}"
+    )
     def sleeper(self: Any, key: Any, duration: float = 1.0) -> Any:
         return body(self, key, duration)
 
-    @app.task(bind=True, base=LockedTask, name="basic.stubborn", lock_key="sleep:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.stubborn", lock_key="sleep:{key}"
+    )
     def stubborn(self: Any, key: Any, duration: float = 1.0) -> Any:
         # SIGTERM is blocked: only SIGKILL ends this body early, so nothing in
         # this process can release the lock then.
@@ -147,6 +182,7 @@ def create_app(config: dict[str, str]) -> Celery:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
     @app.task(
+        shared=False,
         bind=True,
         base=LockedTask,
         name="basic.limited_retry",
@@ -160,6 +196,7 @@ def create_app(config: dict[str, str]) -> Celery:
         return body(self, key, duration)
 
     @app.task(
+        shared=False,
         bind=True,
         base=LockedTask,
         name="basic.fail",
@@ -169,7 +206,9 @@ def create_app(config: dict[str, str]) -> Celery:
         rec.event(self, key, "start")
         raise ValueError(f"failing on purpose: {key}")
 
-    @app.task(bind=True, base=LockedTask, name="basic.retrying", lock_key="retry:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.retrying", lock_key="retry:{key}"
+    )
     def retrying(self: Any, key: Any, times: int = 1) -> Any:
         rec.event(self, key, "start", token=self.request.redislock.token)
         if self.request.retries < times:
@@ -177,6 +216,7 @@ def create_app(config: dict[str, str]) -> Celery:
         return self.request.retries
 
     @app.task(
+        shared=False,
         bind=True,
         base=LockedTask,
         name="basic.autoretrying",
@@ -191,17 +231,23 @@ def create_app(config: dict[str, str]) -> Celery:
             raise KeyError(key)
         return self.request.retries
 
-    @app.task(bind=True, base=LockedTask, name="basic.ignoring", lock_key="ignore:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.ignoring", lock_key="ignore:{key}"
+    )
     def ignoring(self: Any, key: Any) -> Any:
         rec.event(self, key, "start")
         raise Ignore()
 
-    @app.task(bind=True, base=LockedTask, name="basic.rejecting", lock_key="reject:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.rejecting", lock_key="reject:{key}"
+    )
     def rejecting(self: Any, key: Any) -> Any:
         rec.event(self, key, "start")
         raise Reject("rejecting on purpose", requeue=False)
 
-    @app.task(bind=True, base=LockedTask, name="basic.watch_lost", lock_key="lost:{key}")
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.watch_lost", lock_key="lost:{key}"
+    )
     def watch_lost(self: Any, key: Any, timeout: float = 20.0) -> Any:
         lease = self.request.redislock
         rec.event(self, key, "start", token=lease.token)

@@ -1,0 +1,197 @@
+"""Worker-level events, each with a worker of its own: the whole worker
+killed, warm shutdown, redelivery of the same task id, Redis for locks
+unreachable, locks in a different Redis than the broker, RabbitMQ as broker.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from celery_redislock.devserver import RedisServer, free_port
+from tests.celery_apps.basic import create_app
+from tests.celery_harness import WorkerProcess, worker_factory
+from tests.conftest import keys_with_prefix
+from tests.waiting import wait_for
+
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+@pytest.fixture
+def start_worker(tmp_path: Any) -> Iterator[Any]:  # same as celery_worker_factory
+    with worker_factory(tmp_path) as start:
+        yield start
+
+
+def make_config(redis_url: str, **extra: str) -> dict[str, str]:
+    return {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", **extra}
+
+
+def holders(app: Any, task_name: str, *args: Any) -> list[Any]:
+    task = app.tasks[task_name]
+    return task.redislock_leaseset(task.redislock_name(args, {})).holders()
+
+
+def starts(app: Any, task: str, key: object) -> list[dict[str, Any]]:
+    return [e for e in app.recorder.events(task, key) if e["what"] == "start"]
+
+
+def test_whole_worker_killed_frees_within_the_ttl(redis_url: str, start_worker: Any) -> None:
+    config = make_config(redis_url, ttl="3")
+    app = create_app(config)
+    worker: WorkerProcess = start_worker(config, concurrency=2)
+    app.tasks["basic.sleeper"].delay("k", 120)
+    wait_for(lambda: starts(app, "sleeper", "k"), 60, message="task to start")
+    worker.kill()  # main process and children: nobody is left to release
+    killed_at = time.monotonic()
+    assert holders(app, "basic.sleeper", "k")  # still held: only the TTL can free it now
+    wait_for(lambda: not holders(app, "basic.sleeper", "k"), 3 + 10, message="TTL expiry")
+    assert time.monotonic() - killed_at <= 3 + 10
+
+
+def test_warm_shutdown_lets_running_tasks_finish_and_release(
+    redis_url: str, start_worker: Any, redis_client: redis.Redis
+) -> None:
+    config = make_config(redis_url)
+    app = create_app(config)
+    worker: WorkerProcess = start_worker(config, concurrency=2)
+    results = [app.tasks["basic.sleeper"].delay(key, 1.5) for key in ("a", "b")]
+    for key in ("a", "b"):
+        wait_for(lambda key=key: starts(app, "sleeper", key), 60, message=f"{key} to start")
+    assert worker.stop() == 0  # SIGTERM: warm shutdown waits for running tasks
+    for result in results:
+        assert result.get(timeout=10)["name"].startswith("sleep:")
+    for key in ("a", "b"):
+        assert [e["what"] for e in app.recorder.events("sleeper", key)] == ["start", "end"]
+        assert holders(app, "basic.sleeper", key) == []
+    # Nothing held or queued is left: only fencing counters and test records.
+    left = keys_with_prefix(redis_client, config["prefix"])
+    assert [k for k in left if not k.endswith(":fence") and ":rec:" not in k] == [
+        f"{config['prefix']}:signals"
+    ]
+
+
+def test_redelivery_of_the_same_task_id_neither_overlaps_nor_deadlocks(
+    redis_url: str, start_worker: Any, redis_client: redis.Redis
+) -> None:
+    # acks_late and a 4 s visibility timeout: the broker hands the message out
+    # again while the first execution (gated, so as long as we like) still runs.
+    config = make_config(redis_url, acks_late="1", visibility="4")
+    app = create_app(config)
+    start_worker(config, concurrency=3)
+    result = app.tasks["basic.refresh_cache"].delay("r", 120, True)
+    wait_for(lambda: starts(app, "refresh_cache", "r"), 60, message="first run")
+
+    def redelivery_met_itself() -> bool:
+        return any(
+            s["signal"] == "redislock_contended"
+            and s["task_id"] == result.id
+            and s["policy"] == "redelivered"
+            for s in app.recorder.signals()
+        )
+
+    wait_for(redelivery_met_itself, 60, message="the redelivered copy to meet its own lease")
+    assert len(starts(app, "refresh_cache", "r")) == 1  # it did not run alongside
+    redis_client.set(f"{config['prefix']}:gate:r", 1, ex=600)
+    assert result.get(timeout=60)["name"] == "cache:r"
+    # Later copies (at-least-once delivery) may run again, but never at the same time.
+    wait_for(lambda: not holders(app, "basic.refresh_cache", "r"), 60, message="release")
+    events = app.recorder.events("refresh_cache", "r")
+    assert {e["id"] for e in events} == {result.id}
+    running = 0
+    for event in sorted(events, key=lambda e: e["t"]):
+        running += 1 if event["what"] == "start" else -1
+        assert running <= 1
+
+
+def test_redis_for_locks_unreachable_fails_closed(redis_url: str, start_worker: Any) -> None:
+    config = make_config(redis_url, lock_redis=f"redis://127.0.0.1:{free_port()}/0")
+    app = create_app(config)
+    worker: WorkerProcess = start_worker(config, concurrency=1)
+    result = app.send_task("basic.sleeper", ("x", 0.1))
+    wait_for(lambda: result.state == "FAILURE", 60, message="FAILURE")
+    assert type(result.result).__name__ == "ConnectionError", repr(result.result)
+    assert starts(app, "sleeper", "x") == []  # the body never ran unlocked
+    assert "unreachable (fail closed)" in worker.log_path.read_text()
+
+
+def test_locks_in_another_redis_than_the_broker(redis_url: str, start_worker: Any) -> None:
+    with RedisServer() as locks:
+        config = make_config(redis_url, lock_redis=locks.url)
+        app = create_app(config)
+        start_worker(config, concurrency=2)
+        first = app.tasks["basic.sleeper"].delay("x", 1.5)
+        wait_for(lambda: starts(app, "sleeper", "x"), 60, message="first run")
+        lock_client = redis.Redis.from_url(locks.url)
+        assert keys_with_prefix(lock_client, config["prefix"])  # the lease lives there
+        second = app.tasks["basic.sleeper"].delay("x", 0.1)
+        wait_for(lambda: second.state == "SKIPPED", 60, message="SKIPPED")
+        first.get(timeout=60)
+        assert holders(app, "basic.sleeper", "x") == []
+
+
+def rabbitmq_reachable() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5672), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def test_rabbitmq_as_broker(redis_url: str, start_worker: Any) -> None:
+    if not rabbitmq_reachable():
+        pytest.skip(f"RabbitMQ not reachable at {RABBITMQ_URL}: the AMQP broker test needs it")
+    config = make_config(redis_url, broker=RABBITMQ_URL)
+    app = create_app(config)
+    start_worker(config, concurrency=2)
+    first = app.tasks["basic.sleeper"].delay("x", 1.5)
+    wait_for(lambda: starts(app, "sleeper", "x"), 60, message="first run")
+    second = app.tasks["basic.sleeper"].delay("x", 0.1)
+    wait_for(lambda: second.state == "SKIPPED", 60, message="SKIPPED")
+    third = app.tasks["basic.sleeper"].apply_async(("x", 0.1), lock_policy="retry")
+    first.get(timeout=60)
+    third.get(timeout=60)
+    assert [e["id"] for e in starts(app, "sleeper", "x")] == [first.id, third.id]
+    assert holders(app, "basic.sleeper", "x") == []
+
+
+@pytest.mark.parametrize(("pool", "concurrency"), [("solo", 1), ("threads", 4)])
+def test_other_pools(redis_url: str, start_worker: Any, pool: str, concurrency: int) -> None:
+    config = make_config(redis_url)
+    app = create_app(config)
+    start_worker(config, pool=pool, concurrency=concurrency)
+    sleeper = app.tasks["basic.sleeper"]
+    assert sleeper.delay("s", 0.05).get(timeout=60)["name"] == "sleep:s"
+    assert app.tasks["basic.retrying"].delay("s", 1).get(timeout=60) == 1
+    assert app.tasks["basic.watch_lost"].apply_async(("s", 0.1), lock_ttl=5).get(timeout=60)
+    assert holders(app, "basic.sleeper", "s") == []
+    assert holders(app, "basic.retrying", "s") == []
+
+
+def test_lease_lost_when_the_lock_redis_restarts(redis_url: str, start_worker: Any) -> None:
+    with RedisServer() as locks:
+        config = make_config(redis_url, lock_redis=locks.url)
+        app = create_app(config)
+        start_worker(config, concurrency=2)
+        result = app.tasks["basic.watch_lost"].apply_async(("x", 60), lock_ttl=1.5)
+        wait_for(lambda: starts(app, "watch_lost", "x"), 60, message="task to start")
+        locks.restart()  # no persistence: every lease is gone
+        assert result.get(timeout=60) is False  # the body saw owned() turn False
+        lost = wait_for(
+            lambda: [
+                s
+                for s in app.recorder.signals()
+                if s["signal"] == "redislock_lost" and s["task_id"] == result.id
+            ],
+            10,
+            message="lock_lost",
+        )
+        assert len(lost) == 1
+        # The name is free again for others.
+        assert app.tasks["basic.sleeper"].delay("x", 0.01).get(timeout=60)["name"] == "sleep:x"

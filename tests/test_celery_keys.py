@@ -1,0 +1,231 @@
+"""Key templates, canonical values and bad input: errors at definition or call time.
+
+No worker is needed: every error here must happen before a message is sent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import enum
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock import LockContended, LockedTask, RedisLock, SemaphoreTask
+from celery_redislock.keybuilder import MAX_KEY_LENGTH, canonical
+
+
+@pytest.fixture
+def app(redis_url: str, prefix: str) -> Celery:
+    app = Celery("keys", broker="memory://", set_as_current=False)
+    app.conf.update(redislock_url=redis_url, redislock_prefix=prefix)
+    app.finalize()
+    return app
+
+
+def unique_task(app: Celery, **options: Any) -> Any:
+    """``app.task`` with a fresh name (task names are global to the process)."""
+    return app.task(name=f"keys.{uuid.uuid4().hex}", shared=False, **options)
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+def test_positional_keyword_and_default_calls_give_one_key(app: Celery) -> None:
+    @unique_task(
+        app, base=SemaphoreTask, semaphore_key="acct:{account_id}:{since}", semaphore_limit=2
+    )
+    def sync_account(account_id: int, since: Any = None) -> None: ...
+
+    name = sync_account.redislock_name
+    assert name((7,), {}) == name((), {"account_id": 7}) == name((7, None), {}) == "acct:7:null"
+    assert name((7,), {"since": "2024"}) == "acct:7:2024"
+
+
+def test_bound_tasks_bind_without_self(app: Celery) -> None:
+    @unique_task(app, bind=True, base=LockedTask, lock_key="cache:{user_id}")
+    def refresh(self: Any, user_id: int) -> None: ...
+
+    assert refresh.redislock_name((3,), {}) == "cache:3"
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (7, "7"),  # deliberate: ids arriving as strings share the key
+        (uuid.UUID(int=5), str(uuid.UUID(int=5))),
+        (decimal.Decimal("1.10"), decimal.Decimal("1.1")),
+        (decimal.Decimal("100"), decimal.Decimal("1E+2")),
+        (
+            dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc),
+            dt.datetime(2024, 1, 1, 14, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+        ),
+        (Color.RED, "red"),
+    ],
+)
+def test_equal_values_give_equal_keys(a: object, b: object) -> None:
+    assert canonical(a) == canonical(b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [(True, 1), (None, "None"), (1.0, 1), ("a:b", "a%3Ab"), (dt.date(2024, 1, 2), "2024-01-03")],
+)
+def test_different_values_give_different_keys(a: object, b: object) -> None:
+    assert canonical(a) != canonical(b)
+
+
+def test_values_cannot_forge_separators_or_hash_tags(app: Celery) -> None:
+    @unique_task(app, base=LockedTask, lock_key="k:{a}:{b}")
+    def two(a: str, b: str) -> None: ...
+
+    assert two.redislock_name(("1:2", "3"), {}) != two.redislock_name(("1", "2:3"), {})
+    name = two.redislock_name(("{x}", "%"), {})
+    assert "{" not in name and "}" not in name
+
+
+def test_long_keys_are_hashed_and_stay_distinct(app: Celery) -> None:
+    @unique_task(app, base=LockedTask, lock_key="k:{a}")
+    def one(a: str) -> None: ...
+
+    first, second = one.redislock_name(("x" * 500,), {}), one.redislock_name(("x" * 499,), {})
+    assert len(first) <= MAX_KEY_LENGTH and len(second) <= MAX_KEY_LENGTH
+    assert first != second and "sha256:" in first
+
+
+def test_callable_key(app: Celery) -> None:
+    @unique_task(app, base=LockedTask, lock_key=lambda args, kwargs: f"custom:{args[0] * 2}")
+    def doubled(n: int) -> None: ...
+
+    assert doubled.redislock_name((21,), {}) == "custom:42"
+
+
+# -- bad input ----------------------------------------------------------------
+
+
+def test_missing_template_field_fails_at_definition_on_a_finalized_app(app: Celery) -> None:
+    with pytest.raises(ValueError, match=r"\{user\} is not a parameter of the task"):
+
+        @unique_task(app, base=LockedTask, lock_key="cache:{user}")
+        def refresh(user_id: int) -> None: ...
+
+
+def test_missing_template_field_fails_when_the_app_finalizes(redis_url: str) -> None:
+    lazy = Celery("lazy", broker="memory://", set_as_current=False)
+
+    @unique_task(lazy, base=LockedTask, lock_key="cache:{user}")
+    def refresh(user_id: int) -> None: ...
+
+    # Celery creates task classes lazily: at finalize (worker start, first
+    # use), before anything can run.
+    with pytest.raises(ValueError, match=r"\{user\} is not a parameter"):
+        lazy.finalize()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"lock_key": "a:{x.y}"}, ValueError, "plain parameter name"),
+        ({"lock_key": "a:{x!r}"}, ValueError, "plain parameter name"),
+        ({"lock_key": "a:{args}"}, ValueError, "not a parameter"),
+        ({"lock_key": ""}, TypeError, "non-empty"),
+        ({"lock_key": 5}, TypeError, "template or a callable"),
+        ({}, TypeError, "needs lock_key"),
+        ({"lock_key": "a:{x}", "lock_policy": "maybe"}, ValueError, "lock_policy must be one of"),
+        ({"lock_key": "a:{x}", "lock_ttl": 0}, ValueError, "positive"),
+        ({"lock_key": "a:{x}", "lock_retry_max": -1}, ValueError, "lock_retry_max"),
+        ({"lock_key": "a:{x}", "lock_wait_timeout": -1}, ValueError, "lock_wait_timeout"),
+    ],
+)
+def test_bad_locked_task_options(
+    app: Celery, options: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+
+        @unique_task(app, base=LockedTask, **options)
+        def task(x: int, *args: Any) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"), [(0, ValueError), (-1, ValueError), ("2", TypeError), (None, TypeError)]
+)
+def test_bad_semaphore_limit(app: Celery, limit: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="semaphore_limit"):
+
+        @unique_task(app, base=SemaphoreTask, semaphore_key="a:{x}", semaphore_limit=limit)
+        def task(x: int) -> None: ...
+
+
+def test_unbindable_arguments_fail_at_call_time(app: Celery) -> None:
+    @unique_task(app, base=LockedTask, lock_key="cache:{user_id}")
+    def refresh(user_id: int) -> None: ...
+
+    with pytest.raises(TypeError, match="do not bind"):
+        refresh.delay(1, 2)
+    with pytest.raises(TypeError, match="do not bind"):
+        refresh.apply_async(kwargs={"nope": 1})
+    with pytest.raises(TypeError, match="do not bind"):
+        refresh.delay()
+
+
+def test_unsupported_values_fail_at_call_time(app: Celery) -> None:
+    @unique_task(app, base=LockedTask, lock_key="cache:{user_id}")
+    def refresh(user_id: Any) -> None: ...
+
+    with pytest.raises(TypeError, match=r"argument 'user_id'.*has type object"):
+        refresh.delay(object())
+    with pytest.raises(ValueError, match="NaN"):
+        refresh.delay(float("nan"))
+
+
+def test_callable_key_must_return_a_valid_name(app: Celery) -> None:
+    @unique_task(app, base=LockedTask, lock_key=lambda args, kwargs: args[0])
+    def raw(n: Any) -> None: ...
+
+    with pytest.raises(TypeError, match="returned int"):
+        raw.delay(5)
+    with pytest.raises(ValueError, match="must not contain"):
+        raw.delay("{tag}")
+
+
+def test_unknown_policy_per_call(app: Celery) -> None:
+    @unique_task(app, base=LockedTask, lock_key="cache:{user_id}")
+    def refresh(user_id: int) -> None: ...
+
+    with pytest.raises(ValueError, match="lock_policy must be one of"):
+        refresh.apply_async((1,), lock_policy="sometimes")
+    with pytest.raises(ValueError, match="lock_ttl"):
+        refresh.apply_async((1,), lock_ttl=-5)
+    with pytest.raises(TypeError, match="lock_dedupe"):
+        refresh.apply_async((1,), lock_dedupe="yes")
+
+
+def test_direct_call_runs_the_function_without_a_lock(app: Celery) -> None:
+    @unique_task(app, base=LockedTask, lock_key="cache:{user_id}")
+    def refresh(user_id: int) -> int:
+        return user_id * 2
+
+    assert refresh(4) == 8
+
+
+def test_eager_execution_takes_the_lock_too(app: Celery, redis_url: str, prefix: str) -> None:
+    app.conf.task_always_eager = True
+
+    @unique_task(app, bind=True, base=LockedTask, lock_key="k:{x}")
+    def locked(self: Any, x: int) -> Any:
+        return self.request.redislock.token
+
+    assert isinstance(locked.delay(1).result, int)
+    holder = RedisLock(redis.Redis.from_url(redis_url), "k:1", prefix=prefix)
+    assert holder.acquire()
+    try:
+        assert locked.delay(1).state == "IGNORED"  # skipped (EagerResult has no SKIPPED)
+        failed = locked.apply_async((1,), lock_policy="raise")
+        assert failed.state == "FAILURE" and isinstance(failed.result, LockContended)
+    finally:
+        holder.release()
