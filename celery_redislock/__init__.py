@@ -6,7 +6,14 @@ build on them.
 """
 
 from . import signals
-from .errors import AcquireTimeout, LockContended, LockError, LockLost, NotOwned
+from .errors import (
+    AcquireTimeout,
+    LockContended,
+    LockError,
+    LockLost,
+    NotOwned,
+    NotReplicated,
+)
 from .heartbeat import HEARTBEAT
 from .lease import Lease
 from .leaseset import Holder, Waiter
@@ -26,6 +33,7 @@ __all__ = [
     "LockLost",
     "LockedTask",
     "NotOwned",
+    "NotReplicated",
     "RedisLock",
     "SemaphoreTask",
     "Waiter",

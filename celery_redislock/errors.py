@@ -7,7 +7,7 @@ after one (fail closed).
 
 from __future__ import annotations
 
-__all__ = ["AcquireTimeout", "LockContended", "LockError", "LockLost", "NotOwned"]
+__all__ = ["AcquireTimeout", "LockContended", "LockError", "LockLost", "NotOwned", "NotReplicated"]
 
 
 class LockError(Exception):
@@ -45,3 +45,8 @@ class LockContended(LockError):
 
     def __reduce__(self) -> tuple[type[LockContended], tuple[str, str, str]]:
         return (type(self), (str(self), self.name, self.policy))
+
+
+class NotReplicated(LockError):
+    """Acquired on the primary, but fewer replicas than asked for (``replicas=N``)
+    acknowledged it within ``replica_timeout``; the lease was given back."""

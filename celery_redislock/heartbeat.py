@@ -34,6 +34,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ConnectionError,
+    NoScriptError,
+    TimeoutError,
+    TryAgainError,
+)
+
 from .lease import Lease
 from .scripts import REFRESH
 
@@ -55,15 +64,9 @@ def refresh_leases(client: Any, leases: list[Lease], ttls: list[float] | None = 
     Returns, per lease, the new remaining lease in ms, or 0 if it was gone.
     """
     ttls = ttls or [lease.ttl for lease in leases]
-    results: list[int] = []
     if _is_cluster(client):
-        # Each call must stay within one slot; the cluster pipeline sends one
-        # request per node.
-        REFRESH.ensure_loaded(client)
-        pipe = client.pipeline()
-        for lease, ttl in zip(leases, ttls, strict=True):
-            REFRESH.queue(pipe, [lease.keys.holders, lease.keys.info], [lease.owner, _ms(ttl)])
-        return [int(reply[0]) for reply in pipe.execute()]
+        return _refresh_on_cluster(client, leases, ttls)
+    results: list[int] = []
     for start in range(0, len(leases), BATCH_SIZE):
         keys: list[str] = []
         args: list[Any] = []
@@ -73,6 +76,76 @@ def refresh_leases(client: Any, leases: list[Lease], ttls: list[float] | None = 
             args += [lease.owner, _ms(ttl)]
         results += [int(r) for r in REFRESH(client, keys, args)]
     return results
+
+
+# Replies meaning "ask elsewhere / later" (slot moved by a failover or resharding);
+# MovedError is an AskError.
+_REDIRECTED = (AskError, TryAgainError, ClusterDownError)
+
+
+def _node_name(client: Any, lease: Lease) -> str:
+    """The primary of the lease's slot, from the client's cached slot map ("" if unknown)."""
+    try:
+        return str(client.get_node_from_key(lease.keys.holders).name)
+    except Exception:  # slot map being rebuilt: refresh_leases routes it later
+        return ""
+
+
+def _refresh_on_cluster(client: Any, leases: list[Lease], ttls: list[float]) -> list[int]:
+    """One pipeline of per-lease ``refresh.lua`` calls per primary.
+
+    A script call may only touch one slot, so leases cannot share a call as
+    on a single server; redis-py's cluster pipeline refuses EVALSHA, so each
+    node's calls go through a plain pipeline on that node's connection (one
+    round trip per node).  NOSCRIPT on a node (new or failed-over primary)
+    loads the script there and repeats that node's pipeline (renewing twice is
+    harmless); a lease whose slot moved (MOVED/ASK), or whose node cannot be
+    reached, is renewed through the cluster client, which follows redirections
+    and rediscovers the cluster after a failover.
+    """
+    by_node: dict[str, list[int]] = {}
+    for i, lease in enumerate(leases):
+        by_node.setdefault(_node_name(client, lease), []).append(i)
+    results = [0] * len(leases)
+    for name, indexes in by_node.items():
+        node = client.get_node(node_name=name) if name else None
+        try:
+            if node is None:
+                raise ConnectionError("no known primary for these slots")
+            replies = _pipeline_on(client.get_redis_connection(node), leases, ttls, indexes)
+        except (ConnectionError, TimeoutError):
+            # The node is gone (failover?): the cluster client refreshes its
+            # slot map and retries; if that fails too, the error propagates.
+            replies = [
+                REFRESH(client, _refresh_keys(leases[i]), [leases[i].owner, _ms(ttls[i])])
+                for i in indexes
+            ]
+        for i, reply in zip(indexes, replies, strict=True):
+            if isinstance(reply, Exception):
+                if not isinstance(reply, _REDIRECTED):
+                    raise reply
+                reply = REFRESH(client, _refresh_keys(leases[i]), [leases[i].owner, _ms(ttls[i])])
+            results[i] = int(reply[0])
+    return results
+
+
+def _pipeline_on(
+    node_client: Any, leases: list[Lease], ttls: list[float], indexes: list[int]
+) -> Any:
+    for attempt in (1, 2):
+        pipe = node_client.pipeline(transaction=False)
+        for i in indexes:
+            REFRESH.queue(pipe, _refresh_keys(leases[i]), [leases[i].owner, _ms(ttls[i])])
+        replies = pipe.execute(raise_on_error=False)
+        if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
+            REFRESH.ensure_loaded(node_client)
+            continue
+        return replies
+    raise AssertionError("unreachable")
+
+
+def _refresh_keys(lease: Lease) -> list[str]:
+    return [lease.keys.holders, lease.keys.info]
 
 
 def _ms(seconds: float) -> int:
@@ -171,18 +244,25 @@ class Heartbeat:
                 return
 
     def _renew(self, leases: list[Lease]) -> None:
-        by_client: dict[int, list[Lease]] = {}
+        groups: dict[tuple[int, str], list[Lease]] = {}
         for lease in leases:
-            by_client.setdefault(id(lease.client), []).append(lease)
-        for group in by_client.values():
+            node = _node_name(lease.client, lease) if _is_cluster(lease.client) else ""
+            groups.setdefault((id(lease.client), node), []).append(lease)
+        failure: Exception | None = None
+        for group in groups.values():
             sent_at = time.monotonic()
-            for lease, remaining_ms in zip(
-                group, refresh_leases(group[0].client, group), strict=True
-            ):
+            try:
+                remaining = refresh_leases(group[0].client, group)
+            except Exception as exc:  # one server (or cluster node) down: renew the others
+                failure = exc
+                continue
+            for lease, remaining_ms in zip(group, remaining, strict=True):
                 if remaining_ms > 0:
                     lease.confirm(sent_at)
                 elif lease.mark_lost("gone at renewal: expired, deleted, or Redis lost its data"):
                     self.discard(lease)
+        if failure is not None:
+            raise failure
 
     def _expire_overdue(self, leases: Iterable[Lease]) -> None:
         now = time.monotonic()

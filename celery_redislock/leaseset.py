@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .errors import AcquireTimeout, LockError, LockLost, NotOwned
+from .errors import AcquireTimeout, LockError, LockLost, NotOwned, NotReplicated
 from .heartbeat import HEARTBEAT, refresh_leases
 from .keys import DEFAULT_PREFIX, LeaseKeys, validate_name, validate_prefix
 from .lease import Lease, LostCallback
+from .replication import acknowledged_by
 from .scripts import ACQUIRE, INSPECT, RELEASE
 
 __all__ = ["WAIT_LEASE", "Holder", "LeaseSet", "Waiter"]
@@ -101,8 +102,9 @@ def _check_client(client: object) -> Any:
 
 
 def _socket_timeout(client: Any) -> float | None:
-    pool = getattr(client, "connection_pool", None)
-    value = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+    # redis.Redis (also Sentinel's master_for): its pool; RedisCluster: its nodes manager.
+    holder = getattr(client, "connection_pool", None) or getattr(client, "nodes_manager", None)
+    value = getattr(holder, "connection_kwargs", {}).get("socket_timeout")
     return float(value) if value else None
 
 
@@ -137,8 +139,14 @@ class LeaseSet:
         on_lost: LostCallback | None = None,
         meta: Mapping[str, Any] | None = None,
         owner_prefix: str = "",
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         self.client = _check_client(client)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise ValueError(f"replicas must be an int >= 0, got {replicas!r}")
+        self.replicas = replicas
+        self.replica_timeout = _check_ttl(replica_timeout, "replica_timeout")
         if not isinstance(owner_prefix, str) or ":" in owner_prefix:
             raise ValueError(f"owner_prefix must be a str without ':', got {owner_prefix!r}")
         self.owner_prefix = owner_prefix
@@ -347,7 +355,27 @@ class LeaseSet:
             self.client, self.keys, owner, token, self.ttl, sent_at + self.ttl, self._on_lost
         )
         HEARTBEAT.add(self._lease)
+        if self.replicas:
+            self._await_replicas(owner)
         return True
+
+    def _await_replicas(self, owner: str) -> None:
+        """Give the lease back unless ``replicas`` replicas acknowledge it (see replication.py)."""
+        timeout_ms = max(1, int(self.replica_timeout * 1000))
+        try:
+            acked = acknowledged_by(self.client, self.keys.fence, self.replicas, timeout_ms)
+        except BaseException:
+            self._forget()
+            self._abandon_quietly(owner)
+            raise
+        if acked < self.replicas:
+            self._forget()
+            self.release_owner(owner)
+            raise NotReplicated(
+                f"acquired {self.name!r} on the primary, but only {acked} of the "
+                f"{self.replicas} replicas asked for acknowledged it within "
+                f"{self.replica_timeout} s; released it again"
+            )
 
     def _forget(self) -> None:
         lease, self._lease = self._lease, None

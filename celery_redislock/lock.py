@@ -48,6 +48,9 @@ class RedisLock(LeaseSet):
     a held lease is found lost.  ``meta`` is stored with the lease for
     inspection (host and pid are added).  ``owner_prefix`` starts every owner
     id of this instance (for finding a dead holder's leases, e.g. by task id).
+    ``replicas=N`` makes ``acquire`` wait (``replica_timeout`` s) until N
+    replicas acknowledged the grant, else give it back and raise
+    :class:`~celery_redislock.NotReplicated` (see ``replication.py``).
     """
 
     _default_blocking = True
@@ -64,6 +67,8 @@ class RedisLock(LeaseSet):
         on_lost: LostCallback | None = None,
         meta: Mapping[str, Any] | None = None,
         owner_prefix: str = "",
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         super().__init__(
             client,
@@ -75,6 +80,8 @@ class RedisLock(LeaseSet):
             on_lost=on_lost,
             meta=meta,
             owner_prefix=owner_prefix,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )
 
     def locked(self) -> bool:

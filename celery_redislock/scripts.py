@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
+
+from .acl import explain
 
 __all__ = ["ACQUIRE", "INSPECT", "REFRESH", "RELEASE", "LuaScript"]
 
@@ -32,12 +34,22 @@ class LuaScript:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode("utf-8")).hexdigest())
 
     def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
-        """Run on ``client`` (a redis-py client), loading the script on NOSCRIPT."""
+        """Run on ``client`` (a redis-py client), loading the script on NOSCRIPT.
+
+        An ACL denial is re-raised as ``NoPermissionError`` naming the command
+        or keys denied (see acl.py).
+        """
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                client.script_load(self.source)
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+        except ResponseError as exc:
+            clearer = explain(exc, self.name, self.source, keys)
+            if clearer is None:
+                raise
+            raise clearer from exc
 
     def queue(self, pipeline: Any, keys: list[str], args: list[Any]) -> None:
         """Queue on a pipeline (run :meth:`ensure_loaded` on its client first)."""

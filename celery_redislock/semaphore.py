@@ -40,7 +40,8 @@ class FairSemaphore(LeaseSet):
     * an idle semaphore leaves no keys but the fence counter (10 minutes).
 
     ``blocking_timeout`` (default 0: do not wait) is what ``with slots:``
-    waits; see :class:`~celery_redislock.RedisLock` for ``on_lost`` and ``meta``.
+    waits; see :class:`~celery_redislock.RedisLock` for ``on_lost``, ``meta``
+    and ``replicas``.
     """
 
     _default_blocking = False
@@ -58,6 +59,8 @@ class FairSemaphore(LeaseSet):
         on_lost: LostCallback | None = None,
         meta: Mapping[str, Any] | None = None,
         owner_prefix: str = "",
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         super().__init__(
             client,
@@ -69,4 +72,6 @@ class FairSemaphore(LeaseSet):
             on_lost=on_lost,
             meta=meta,
             owner_prefix=owner_prefix,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )

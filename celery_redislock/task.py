@@ -232,17 +232,25 @@ class GuardedTask(Task):  # type: ignore[misc]
         settings: Settings | None = None,
         client: Any = None,
         on_lost: Any = None,
+        task_id: str | None = None,
     ) -> LeaseSet:
-        """A lease-set object for ``name`` on the app's Redis (for inspection or holding)."""
+        """A lease-set object for ``name`` on the app's Redis (for inspection or holding).
+
+        The holder metadata (shown by ``celery redislock status``) names the
+        task, the task id and the slot limit.
+        """
         if client is None or settings is None:
             client, settings = client_for(self.app)
         ttl = ttl or self._redislock_ttl_option() or settings.default_ttl
+        meta: dict[str, Any] = {"task": self.name, "limit": self._redislock_limit()}
+        if task_id is not None:
+            meta["task_id"] = task_id
         common: dict[str, Any] = {
             "ttl": ttl,
             "prefix": settings.prefix,
             "owner_prefix": owner_prefix,
             "on_lost": on_lost,
-            "meta": {"task": self.name},
+            "meta": meta,
         }
         if self._redislock_kind == "lock":
             return RedisLock(client, name, **common)
@@ -392,6 +400,7 @@ class GuardedTask(Task):  # type: ignore[misc]
                 settings=settings,
                 client=client,
                 on_lost=self._redislock_on_lost(task_id),
+                task_id=task_id,
             )
             redelivered = bool((request.delivery_info or {}).get("redelivered"))
             if redelivered or request.retries:

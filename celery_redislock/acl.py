@@ -1,0 +1,80 @@
+"""What a restricted Redis ACL user needs, and clear errors when it lacks it.
+
+A user for celery-redislock needs the keys ``<prefix>:*`` and these commands
+(:func:`acl_rules` spells them as ``ACL SETUSER`` rules)::
+
+    ACL SETUSER locks on >secret resetkeys ~redislock:* -@all \\
+        +evalsha +script|load +blpop +ping +wait \\
+        +time +get +set +del +pttl +pexpire +rpush +zadd +zrem +zcard +zscore \\
+        +zrange +zrangebyscore +hget +hset +hdel
+
+``EVALSHA``/``SCRIPT LOAD`` run the scripts, ``BLPOP`` waits for a hand-off,
+``PING`` is the connection health check, ``WAIT`` (and ``PEXPIRE``) serve
+``replicas=N``.  The rest are the commands the Lua scripts call: Redis
+checks the ACL for every command a script runs.  On a Redis Cluster, add
+``+cluster|slots +command`` (redis-py's discovery of the cluster; set the
+user on every node); the inspection CLI also needs ``+scan``.
+
+A denied command inside a script comes back from Redis as "The user
+executing the script can't run this command", naming neither command nor
+key; :func:`explain` turns it (and a denied key) into an error that names
+both, and what to grant.
+"""
+
+from __future__ import annotations
+
+import re
+
+from redis.exceptions import NoPermissionError, ResponseError
+
+__all__ = ["CLIENT_COMMANDS", "CLUSTER_COMMANDS", "SCRIPT_COMMANDS", "acl_rules", "explain"]
+
+CLIENT_COMMANDS = ("evalsha", "script|load", "blpop", "ping", "wait")
+CLUSTER_COMMANDS = ("cluster|slots", "command")
+SCRIPT_COMMANDS = (
+    "time", "get", "set", "del", "pttl", "pexpire", "rpush",
+    "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore",
+    "hget", "hset", "hdel",
+)  # fmt: skip
+
+_SCRIPT_DENIED = re.compile(r"can't run this command.*?@user_script:(\d+)", re.S)
+_CALL = re.compile(r"redis\.call\('(\w+)'")
+
+
+def acl_rules(prefix: str = "redislock", cluster: bool = False) -> list[str]:
+    """The ``ACL SETUSER`` rules (after the user name) that celery-redislock needs."""
+    commands = (*CLIENT_COMMANDS, *SCRIPT_COMMANDS, *(CLUSTER_COMMANDS if cluster else ()))
+    return ["resetkeys", f"~{prefix}:*", "-@all", *(f"+{command}" for command in commands)]
+
+
+def explain(exc: ResponseError, script_name: str, source: str, keys: list[str]) -> Exception | None:
+    """A clearer error for an ACL denial of a script call, else None."""
+    message = str(exc)
+    match = _SCRIPT_DENIED.search(message)
+    if match:
+        line_no = int(match.group(1))
+        lines = source.splitlines()
+        line = lines[line_no - 1].strip() if 0 < line_no <= len(lines) else ""
+        call = _CALL.search(line)
+        command = call.group(1).upper() if call else "a command"
+        return NoPermissionError(
+            f"Redis ACL: the user may not run {command}, which {script_name} calls "
+            f"(line {line_no}: {line!r}); grant +{command.lower()} "
+            f"(celery-redislock needs: {' '.join(acl_rules(_prefix(keys)))})"
+        )
+    if isinstance(exc, NoPermissionError) and "keys" in message:
+        return NoPermissionError(
+            f"Redis ACL: the user may not access the keys {', '.join(keys)} used by "
+            f"{script_name}; its key pattern must allow ~{_prefix(keys)}:* ({message})"
+        )
+    if isinstance(exc, NoPermissionError):
+        return NoPermissionError(
+            f"Redis ACL: {message} (running {script_name}; celery-redislock needs: "
+            f"{' '.join(acl_rules(_prefix(keys)))})"
+        )
+    return None
+
+
+def _prefix(keys: list[str]) -> str:
+    first = keys[0] if keys else ""
+    return first.split(":{", 1)[0] if ":{" in first else "redislock"

@@ -1,0 +1,382 @@
+"""``celery redislock``: status / release against locks held by real processes.
+
+Holders are separate Python processes (``tests/holder_proc.py``) on the real
+test Redis; the command runs through Celery's own ``celery`` entry group (the
+plugin is found through the ``celery.commands`` entry point), once as a real
+``celery`` subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+import pytest
+import redis
+from celery import Celery
+from celery.bin.celery import celery as celery_main
+from click.testing import CliRunner, Result
+
+from celery_redislock import RedisLock
+from celery_redislock.devserver import RedisServer, free_port
+from example_worker.demo import stop_group, worker_process
+from example_worker.producer import wait_for_workers
+from example_worker.records import Recorder
+
+from . import cli_app
+from .waiting import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Holder:
+    """A holder process and what it reported."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.info: dict[str, Any] = {}
+
+    def wait_held(self, timeout: float = 30.0) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # blocks until acquired (or exit)
+        assert line, f"holder exited: {self.proc.wait(timeout)}"
+        self.info = json.loads(line)
+        return self.info
+
+    def read_line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def finish(self) -> list[str]:
+        """Close stdin (release if still held); the lines it printed after holding."""
+        out, _ = self.proc.communicate("", timeout=30)
+        return out.split()
+
+
+@pytest.fixture
+def spawn(redis_url: str, prefix: str) -> Iterator[Callable[..., Holder]]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def _spawn(name: str, slots: int = 1, ttl: float = 30.0, **meta: Any) -> Holder:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.holder_proc", redis_url, prefix, name, str(slots),
+             str(ttl), json.dumps(meta)],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        procs.append(proc)
+        return Holder(proc)
+
+    yield _spawn
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def app_module(redis_url: str, prefix: str) -> Iterator[str]:
+    conf = cli_app.app.conf
+    saved = (conf.broker_url, conf.redislock_prefix)
+    conf.broker_url, conf.redislock_prefix = redis_url, prefix
+    yield "tests.cli_app"
+    conf.broker_url, conf.redislock_prefix = saved
+
+
+def run(*args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(celery_main, list(args), input=input, catch_exceptions=False)
+
+
+def status_json(app: str) -> dict[str, Any]:
+    result = run("-A", app, "redislock", "status", "--json")
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {entry["name"]: entry for entry in data["lease_sets"]}
+
+
+def test_status_lists_holders_and_waiters_of_other_processes(
+    app_module: str, spawn: Callable[..., Holder]
+) -> None:
+    report = spawn("report:42", task_id="t-1", task="proj.report", limit=1)
+    held = report.wait_held()
+    slots = [spawn("account:7", slots=2, task_id=f"s-{i}") for i in range(2)]
+    for s in slots:
+        s.wait_held()
+    queued = spawn("account:7", slots=2, task_id="s-queued")  # waits in the queue
+
+    def queued_up() -> dict[str, Any] | None:
+        data = status_json(app_module)
+        return data if by_name(data).get("account:7", {}).get("waiting") else None
+
+    data = wait_for(queued_up, timeout=30, message="the third account:7 process to queue")
+    assert data is not None
+    sets = by_name(data)
+    assert set(sets) == {"report:42", "account:7"}
+    lock = sets["report:42"]
+    assert lock["kind"] == "lock" and lock["limit"] == 1 and lock["held"] == 1
+    (holder,) = lock["holders"]
+    assert holder["token"] == held["token"]
+    assert holder["owner"] == held["owner"]
+    assert holder["pid"] == held["pid"] == report.proc.pid
+    assert holder["task_id"] == "t-1" and holder["task"] == "proj.report"
+    assert 0 <= holder["age"] < 120
+    assert 0 < holder["expires_in"] <= holder["ttl"] == 30.0
+    sem = sets["account:7"]
+    assert sem["held"] == 2 and sem["waiting"] == 1
+    assert {h["task_id"] for h in sem["holders"]} == {"s-0", "s-1"}
+    assert sem["waiters"][0]["task_id"] == "s-queued"
+    assert sem["waiters"][0]["pid"] == queued.proc.pid
+    assert data["held"] == 3 and data["waiting"] == 1
+
+    text = run("-A", app_module, "redislock", "status")
+    assert text.exit_code == 0, text.output
+    assert "report:42  [lock]  held 1/1  waiting 0" in text.stdout
+    assert "account:7  [semaphore]  held 2  waiting 1" in text.stdout
+    assert str(held["token"]) in text.stdout and held["owner"] in text.stdout
+    assert f":{report.proc.pid}" in text.stdout and "proj.report" in text.stdout
+    assert "waiting #1: task s-queued" in text.stdout
+
+    only = run("-A", app_module, "redislock", "status", "--json", "--match", "report:*")
+    assert [e["name"] for e in json.loads(only.stdout)["lease_sets"]] == ["report:42"]
+
+
+def test_force_release_hands_the_slot_to_the_waiter_and_the_holder_sees_it_lost(
+    app_module: str, spawn: Callable[..., Holder]
+) -> None:
+    first = spawn("report:1", ttl=3.0, task_id="first")
+    info = first.wait_held()
+    second = spawn("report:1", ttl=3.0, task_id="second")
+    wait_for(
+        lambda: by_name(status_json(app_module))["report:1"]["waiting"] == 1,
+        timeout=30,
+        message="the second process to queue",
+    )
+
+    refused = run("-A", app_module, "redislock", "release", "report:1", input="n\n")
+    assert refused.exit_code == 1
+    assert "NOT stopped" in refused.stdout and "Aborted" in refused.output
+    assert by_name(status_json(app_module))["report:1"]["holders"][0]["task_id"] == "first"
+
+    done = run("-A", app_module, "redislock", "release", "report:1", "--json", input="y\n")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout[done.stdout.index("{") :])
+    assert [r["token"] for r in report["released"]] == [info["token"]]
+
+    # FIFO hand-off: the waiting process now holds it, with a higher token.
+    second_info = second.wait_held()
+    assert second_info["token"] > info["token"]
+    holders = by_name(status_json(app_module))["report:1"]["holders"]
+    assert [h["task_id"] for h in holders] == ["second"]
+    # The forcibly released process learns from its heartbeat (ttl/3 = 1 s).
+    assert first.read_line() == "lost"
+    assert first.finish() == ["was", "lost"]
+    assert second.finish() == ["released"]
+
+
+def test_release_of_one_owner_with_force_leaves_the_others(
+    app_module: str, spawn: Callable[..., Holder]
+) -> None:
+    holders = [spawn("pool", slots=3, task_id=f"p{i}") for i in range(3)]
+    infos = [h.wait_held() for h in holders]
+    result = run(
+        "-A", app_module, "redislock", "release", "pool", "--owner", infos[1]["owner"], "--force"
+    )
+    assert result.exit_code == 0, result.output
+    assert f"released 'pool' token {infos[1]['token']}" in result.stdout
+    left = by_name(status_json(app_module))["pool"]["holders"]
+    assert sorted(h["owner"] for h in left) == sorted([infos[0]["owner"], infos[2]["owner"]])
+
+    wrong = run("-A", app_module, "redislock", "release", "pool", "--owner", "nobody", "-f")
+    assert wrong.exit_code == 1 and "not a current holder of 'pool': nobody" in wrong.output
+
+
+def test_unknown_key_is_an_error(app_module: str, redis_client: redis.Redis, prefix: str) -> None:
+    result = run("-A", app_module, "redislock", "release", "no-such-lock", "--force")
+    assert result.exit_code == 1
+    assert "unknown key: nothing holds 'no-such-lock'" in result.output
+    bad = run("-A", app_module, "redislock", "release", "a{b", "--force")
+    assert bad.exit_code == 2 and "must not contain" in bad.output
+    empty = run("-A", app_module, "redislock", "status")
+    assert empty.exit_code == 0 and "nothing held or waiting" in empty.stdout
+
+    # A full key is accepted as well as a name.
+    lock = RedisLock(redis_client, "by-key", prefix=prefix)
+    assert lock.acquire()
+    result = run("-A", app_module, "redislock", "release", f"{prefix}:{{by-key}}:holders", "-f")
+    assert result.exit_code == 0, result.output
+    assert not lock.locked()
+    assert not lock.refresh()
+
+
+def test_unreachable_redis_and_missing_app_get_clear_messages() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    down = run("redislock", "--url", url, "status")
+    assert down.exit_code == 1
+    assert f"cannot reach Redis at {url}" in down.output
+
+    secret = run("redislock", "--url", "redis://user:hunter2@127.0.0.1:1/0", "status")
+    assert "hunter2" not in secret.output and "user:***@127.0.0.1:1" in secret.output
+
+    missing = run("-A", "no_such_module_xyz", "redislock", "status")
+    assert missing.exit_code == 2
+    assert "Unable to load celery application" in missing.output
+    assert "no_such_module_xyz" in missing.output
+
+    conf = cli_app.app.conf
+    saved, conf.broker_url = conf.broker_url, "amqp://guest@127.0.0.1//"
+    try:
+        no_redis = run("-A", "tests.cli_app", "redislock", "status")
+    finally:
+        conf.broker_url = saved
+    assert no_redis.exit_code == 2
+    assert "set redislock_url" in no_redis.output and "-A" in no_redis.output
+
+
+def test_large_keyspace_is_scanned_never_keys(own_redis: RedisServer) -> None:
+    client = redis.Redis.from_url(own_redis.url)
+    for start in range(0, 100_000, 5000):
+        client.mset({f"noise:{i}": "x" for i in range(start, start + 5000)})
+    locks = [RedisLock(client, f"job:{i}", ttl=60) for i in range(300)]
+    for lock in locks:
+        assert lock.acquire()
+    client.config_resetstat()
+
+    result = run(
+        "redislock",
+        "--url",
+        own_redis.url,
+        "--prefix",
+        "redislock",
+        "status",
+        "--json",
+        "--waiters",
+        "0",
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert {e["name"] for e in data["lease_sets"]} == {f"job:{i}" for i in range(300)}
+    stats = client.info("commandstats")
+    assert "cmdstat_keys" not in stats
+    assert stats["cmdstat_scan"]["calls"] >= 50  # walked in steps, not in one call
+    for lock in locks:
+        lock.release()
+    client.close()
+
+
+def test_no_app_given_is_said_plainly() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "celery", "redislock", "status"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "no Celery app given: run `celery -A yourproject redislock ...`" in out.stderr
+
+
+def test_real_celery_command_finds_the_plugin(redis_url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    lock = RedisLock(client, "via-subprocess", prefix=prefix, meta={"task_id": "sub"})
+    assert lock.acquire()
+    try:
+        env = {**os.environ, "CLI_APP_REDIS_URL": redis_url, "CLI_APP_PREFIX": prefix}
+        out = subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "tests.cli_app", "redislock", "status"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "via-subprocess  [unknown]  held 1  waiting 0" in out.stdout
+        assert str(lock.token) in out.stdout and "sub" in out.stdout
+    finally:
+        lock.release()
+        client.close()
+
+
+# -- against a real worker running the example app -----------------------------------------
+
+
+def celery_cli(redis_url: str, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "REDIS_URL": redis_url, "EXAMPLE_NAMESPACE": namespace}
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "example_worker.app", "redislock", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_status_and_release_of_locks_held_by_a_real_worker(redis_url: str, tmp_path: Path) -> None:
+    namespace = f"t-cli-{uuid.uuid4().hex[:8]}"
+    recorder = Recorder(redis.Redis.from_url(redis_url), namespace)
+    sender = Celery("sender", broker=redis_url)
+    try:
+        with worker_process(redis_url, namespace, 2, tmp_path / "worker.log") as worker:
+            wait_for_workers(recorder, 1, timeout=120, alive=lambda: worker.poll() is None)
+            task = "example_worker.app.generate_report"
+            first = sender.send_task(task, ("cli", 60), queue=namespace)
+
+            def lock_state() -> dict[str, Any]:
+                out = celery_cli(redis_url, namespace, "status", "--json")
+                assert out.returncode == 0, out.stderr
+                sets = by_name(json.loads(out.stdout))
+                return sets.get("report:cli", {"holders": [], "waiters": []})
+
+            wait_for(lambda: lock_state()["holders"], timeout=60, message="the first report")
+            second = sender.send_task(task, ("cli", 0.1), queue=namespace)
+            state = wait_for(
+                lambda: (s := lock_state())["waiters"] and s, timeout=60, message="a waiter"
+            )
+            assert state["kind"] == "lock" and state["limit"] == 1  # from the task class
+            (holder,) = state["holders"]
+            assert holder["task_id"] == first.id
+            assert holder["task"] == task
+            # the celery layer records task id and limit in the holder's metadata itself
+            (raw,) = RedisLock(recorder.client, "report:cli", prefix=namespace).holders()
+            assert raw.meta["task_id"] == first.id and raw.meta["limit"] == 1
+            assert holder["host"] == socket.gethostname()
+            assert holder["pid"] in [c.pid for c in psutil.Process(worker.pid).children()]
+            assert 0 < holder["expires_in"] <= holder["ttl"] == 10.0
+            assert [w["task_id"] for w in state["waiters"]] == [second.id]
+
+            text = celery_cli(redis_url, namespace, "status")
+            assert text.returncode == 0, text.stderr
+            assert "report:cli  [lock]  held 1/1  waiting 1" in text.stdout
+            assert first.id in text.stdout and f"waiting #1: task {second.id}" in text.stdout
+
+            released = celery_cli(redis_url, namespace, "release", "report:cli", "-f", "--json")
+            assert released.returncode == 0, released.stderr
+            assert [r["token"] for r in json.loads(released.stdout)["released"]] == [
+                holder["token"]
+            ]
+            # The waiting task is handed the lock and runs; the first task's
+            # heartbeat reports its lease lost (the lock_lost signal).
+            wait_for(
+                lambda: any(r["task_id"] == second.id for r in recorder.runs()),
+                timeout=60,
+                message="the second report to run",
+            )
+            (run,) = [r for r in recorder.runs() if r["task_id"] == second.id]
+            assert run["token"] > holder["token"]
+            wait_for(
+                lambda: [x["name"] for x in recorder.listed("lost")] == ["report:cli"],
+                timeout=30,
+                message="lock_lost from the first task",
+            )
+            stop_group(worker, grace=0.1)  # the first task would run for a minute
+    finally:
+        recorder.clear()
+        recorder.drop_queue()
+        recorder.client.close()
+        sender.close()

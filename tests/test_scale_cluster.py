@@ -1,0 +1,280 @@
+"""Locks and semaphores on a real 3-master Redis Cluster (local redis-server processes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from celery_redislock import HEARTBEAT, FairSemaphore, LockLost, NotReplicated, RedisLock
+from celery_redislock.acl import acl_rules
+from celery_redislock.connection import client_from_url
+from celery_redislock.devengines import LocalCluster
+from celery_redislock.heartbeat import refresh_leases
+from tests.waiting import wait_for
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(masters=3, replicas=1) as local:
+        yield local
+
+
+@pytest.fixture
+def client(cluster: LocalCluster) -> Iterator[Any]:
+    cl = client_from_url(cluster.url)
+    yield cl
+    cl.close()
+
+
+def masters(cluster: LocalCluster) -> list[redis.Redis]:
+    return [redis.Redis(port=port, socket_timeout=10) for port in cluster.master_ports()]
+
+
+def names_on_every_master(client: Any, prefix: str, count: int = 30) -> list[str]:
+    names = [f"job-{i}" for i in range(count)]
+    nodes = {client.get_node_from_key(f"{prefix}:{{{n}}}:holders").name for n in names}
+    assert len(nodes) == 3, "test names should spread over all three masters"
+    return names
+
+
+def test_cluster_url_and_option_both_give_a_cluster_client(cluster: LocalCluster) -> None:
+    by_scheme = client_from_url(cluster.url)
+    by_option = client_from_url(f"redis://127.0.0.1:{cluster.ports[0]}/0", {"cluster": True})
+    for cl in (by_scheme, by_option):
+        assert isinstance(cl, redis.RedisCluster)
+        assert len(cl.get_primaries()) == 3
+        cl.close()
+
+
+def test_locks_spread_over_all_masters_each_in_one_slot(
+    client: Any, cluster: LocalCluster, prefix: str
+) -> None:
+    locks = [
+        RedisLock(client, n, prefix=prefix, ttl=10) for n in names_on_every_master(client, prefix)
+    ]
+    for lock in locks:
+        assert lock.acquire(blocking=False)
+    try:
+        holders_per_master = []
+        for node in masters(cluster):
+            keys = [k.decode() for k in node.scan_iter(match=f"{prefix}:*", count=1000)]
+            holders_per_master.append([k for k in keys if k.endswith(":holders")])
+            for key in keys:  # every key lives on the node that owns its slot
+                assert (
+                    client.get_node_from_key(key).port
+                    == node.connection_pool.connection_kwargs["port"]
+                )
+        assert all(holders_per_master), f"a master holds no lock: {holders_per_master}"
+        for lock in locks:
+            slots = {client.keyslot(k) for k in lock.keys.script_keys()[:5]}
+            slots.add(client.keyslot(lock.keys.wake("x")))
+            assert len(slots) == 1
+        assert not RedisLock(client, locks[0].name, prefix=prefix).acquire(blocking=False)
+        assert [h.token for h in locks[5].holders()] == [locks[5].token]
+    finally:
+        for lock in locks:
+            lock.release()
+    assert all(not lock.locked() for lock in locks)
+
+
+def test_semaphore_never_exceeds_its_limit_on_the_cluster(client: Any, prefix: str) -> None:
+    limit, workers, rounds = 3, 8, 15
+    inside, peak, guard = [0], [0], threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(rounds):
+                sem = FairSemaphore(client, "pool", limit, prefix=prefix, ttl=5)
+                if not sem.acquire(blocking=True, timeout=30):
+                    raise AssertionError("waited 30 s for a slot")
+                with guard:
+                    inside[0] += 1
+                    peak[0] = max(peak[0], inside[0])
+                time.sleep(0.002)
+                with guard:
+                    inside[0] -= 1
+                sem.release()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert peak[0] == limit  # reached, never exceeded
+    assert FairSemaphore(client, "pool", limit, prefix=prefix).holders() == []
+
+
+def test_blocking_acquire_is_woken_fifo_on_the_keys_node(client: Any, prefix: str) -> None:
+    """BLPOP on the waiter's wake list goes to the node of the lock's slot."""
+    holder = RedisLock(client, "queue", prefix=prefix, ttl=30)
+    assert holder.acquire()
+    order: list[int] = []
+    waiters = [RedisLock(client, "queue", prefix=prefix, ttl=30) for _ in range(3)]
+
+    def wait(i: int) -> None:
+        if waiters[i].acquire(timeout=60):
+            order.append(i)
+            waiters[i].release()
+
+    threads = []
+    for i in range(3):
+        threads.append(threading.Thread(target=wait, args=(i,)))
+        threads[-1].start()
+        wait_for(lambda i=i: len(holder.waiters()) == i + 1, 30, message=f"waiter {i} queued")
+    token = holder.token
+    holder.release()
+    for t in threads:
+        t.join(60)
+    assert order == [0, 1, 2]
+    assert all(w.token is None for w in waiters)
+    assert token is not None
+
+
+def test_renewal_is_one_pipeline_per_master_and_survives_script_flush(
+    client: Any, cluster: LocalCluster, prefix: str
+) -> None:
+    locks = [
+        RedisLock(client, n, prefix=prefix, ttl=0.6) for n in names_on_every_master(client, prefix)
+    ]
+    for lock in locks:
+        assert lock.acquire(blocking=False)
+    try:
+        for node in masters(cluster):
+            node.script_flush()  # e.g. a restarted or newly promoted primary
+        pipelines: list[str] = []
+        real = client.get_redis_connection
+
+        def counting(node: Any) -> Any:
+            pipelines.append(node.name)
+            return real(node)
+
+        client.get_redis_connection = counting
+        try:
+            remaining = refresh_leases(client, [lock.lease for lock in locks])  # type: ignore[misc]
+        finally:
+            del client.get_redis_connection
+        assert all(ms > 0 for ms in remaining)
+        assert sorted(pipelines) == sorted({n.name for n in client.get_primaries()})
+        # The heartbeat keeps all of them alive well past their ttl.
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            assert all(lock.owned() for lock in locks)
+            time.sleep(0.05)
+        for lock in locks:
+            assert lock.refresh()
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def test_a_lost_lease_is_reported_on_the_cluster(client: Any, prefix: str) -> None:
+    lost: list[Any] = []
+    lock = RedisLock(client, "victim", prefix=prefix, ttl=0.6, on_lost=lost.append)
+    assert lock.acquire()
+    client.delete(lock.keys.holders)
+    wait_for(lambda: lost, 10, message="on_lost after the holders key vanished")
+    assert not lock.owned()
+    other = RedisLock(client, "victim", prefix=prefix)
+    assert other.acquire(blocking=False)
+    assert other.token is not None and lock.token is not None and other.token > lock.token
+    with pytest.raises(LockLost):
+        lock.release()
+    other.release()
+
+
+def test_no_keys_select_or_cross_slot_commands_reach_the_cluster(
+    client: Any, cluster: LocalCluster, prefix: str
+) -> None:
+    for node in masters(cluster):
+        node.config_resetstat()
+    for name in names_on_every_master(client, prefix, 12):
+        sem = FairSemaphore(client, name, 2, prefix=prefix, ttl=5)
+        with sem:
+            sem.refresh()
+            sem.holders()
+            sem.waiters()
+    for node in masters(cluster):
+        commands = node.info("commandstats")
+        errors = node.info("errorstats")
+        assert "cmdstat_evalsha" in commands
+        assert not {"cmdstat_keys", "cmdstat_select"} & set(commands), commands
+        assert not any("CROSSSLOT" in e or "MOVED" in e for e in errors), errors
+
+
+def test_replica_acknowledgement_goes_to_the_keys_primary(client: Any, prefix: str) -> None:
+    names = names_on_every_master(client, prefix, 12)
+    wait_for(
+        lambda: all(
+            node.redis_connection.info("replication").get("connected_slaves") == 1
+            for node in client.get_primaries()
+        ),
+        30,
+        message="every primary to have its replica",
+    )
+    for name in names:
+        lock = RedisLock(client, name, prefix=prefix, replicas=1, replica_timeout=5)
+        assert lock.acquire(blocking=False)
+        lock.release()
+    greedy = RedisLock(client, names[0], prefix=prefix, replicas=2, replica_timeout=0.1)
+    with pytest.raises(NotReplicated, match="only 1 of the 2 replicas"):
+        greedy.acquire(blocking=False)
+    assert not greedy.locked() and greedy.lease is None
+
+
+def test_a_restricted_acl_user_works_on_the_cluster(cluster: LocalCluster, prefix: str) -> None:
+    for port in cluster.ports:
+        admin = redis.Redis(port=port)
+        admin.execute_command(
+            "ACL", "SETUSER", "locks", "reset", "on", ">pw", *acl_rules(prefix, cluster=True)
+        )
+    restricted = client_from_url(cluster.url.replace("://", "://locks:pw@"))
+    for name in names_on_every_master(restricted, prefix, 12):
+        lock = RedisLock(restricted, name, prefix=prefix, ttl=5)
+        assert lock.acquire()
+        assert lock.refresh()
+        assert lock.holders()[0].token == lock.token
+        lock.release()
+    restricted.close()
+
+
+def test_leases_survive_a_cluster_failover(client: Any, cluster: LocalCluster, prefix: str) -> None:
+    """CLUSTER FAILOVER (coordinated) of one shard while leases on every master are held.
+
+    The old primary answers MOVED to renewals; the heartbeat follows the
+    redirection, and later beats group the leases by the new primary.  Runs
+    last in this module: it changes the cluster's topology.
+    """
+    locks = [
+        RedisLock(client, n, prefix=prefix, ttl=1.5) for n in names_on_every_master(client, prefix)
+    ]
+    for lock in locks:
+        assert lock.acquire(blocking=False)
+    old_primaries = set(cluster.master_ports())
+    replica_port = next(p for p in cluster.ports if p not in old_primaries)
+    replica = redis.Redis(port=replica_port, socket_timeout=10)
+    wait_for(
+        lambda: replica.info("replication").get("master_link_status") == "up",
+        30,
+        message="the replica to be in sync",
+    )
+    replica.execute_command("CLUSTER FAILOVER")
+    wait_for(lambda: replica_port in cluster.master_ports(), 30, message="the replica promoted")
+    beats = HEARTBEAT.beats
+    wait_for(lambda: HEARTBEAT.beats >= beats + 4, 30, message="four heartbeats")
+    assert all(lock.owned() for lock in locks)
+    for lock in locks:
+        assert lock.refresh()
+        assert not RedisLock(client, lock.name, prefix=prefix).acquire(blocking=False)
+        lock.release()
+    fresh = RedisLock(client, locks[0].name, prefix=prefix)
+    assert fresh.acquire(blocking=False)
+    fresh.release()
