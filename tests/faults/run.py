@@ -102,9 +102,14 @@ class Outcome:
         lines = [
             f"Fault-injection run: seed {s.seed}, {s.seconds:.0f} s of faults, {s.clients} "
             f"clients (2 with clocks skewed +/-{s.skewed:.0f} s), TTL {s.ttl} s, heartbeat "
-            f"interval {s.ttl / 3:.2f} s; then, per broker, {s.celery_seconds:.0f} s of "
-            f"kills of 2 celery prefork workers (2 children each, TTL {s.celery_ttl} s); "
-            f"{self.elapsed:.0f} s in all.",
+            f"interval {s.ttl / 3:.2f} s; "
+            + (
+                f"then, per broker, {s.celery_seconds:.0f} s of kills of 2 celery prefork "
+                f"workers (2 children each, TTL {s.celery_ttl} s); "
+                if s.celery
+                else ""
+            )
+            + f"{self.elapsed:.0f} s in all.",
             "Faults injected: "
             + ", ".join(f"{kind} {n}" for kind, n in self.injected.items())
             + f" (total {sum(self.injected.values())}).",
