@@ -17,15 +17,18 @@ from typing import Any
 
 import pytest
 
+from tests.faults.celery_run import check_celery
 from tests.faults.checker import check
 from tests.faults.run import Settings, run
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_guarantees_hold_under_random_faults(capsys: pytest.CaptureFixture[str]) -> None:
+def test_guarantees_hold_under_random_faults(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     settings = Settings.from_env()
-    outcome = run(settings)
+    outcome = run(settings, tmp_path)
     report = outcome.report()
     with capsys.disabled():
         print("\n" + report)
@@ -47,7 +50,7 @@ def test_guarantees_hold_under_random_faults(capsys: pytest.CaptureFixture[str])
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_suite_catches_clients_without_fencing_or_heartbeat(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Self-test end to end: the same harness, with clients that write the
     resource with plain GET/SET and never renew their leases, must report
@@ -56,7 +59,7 @@ def test_the_suite_catches_clients_without_fencing_or_heartbeat(
         seconds=10, calm=2, celery=False, faults=("holder_pause",),
         mutants=("no-fence", "no-heartbeat"), long_share=0.3,
     )  # fmt: skip
-    outcome = run(settings)
+    outcome = run(settings, tmp_path)
     with capsys.disabled():
         print("\nSelf-test with broken clients (violations expected):\n" + outcome.report())
     assert any("lost update" in v for v in outcome.rows["1"].violations)
@@ -173,3 +176,32 @@ def test_checker_finds_waiters_starved_after_the_faults() -> None:
     violations = check(sorted(events, key=lambda e: e["t"]), S, LIMITS)[0]["3"].violations
     assert any("got timeout" in v for v in violations)
     assert any("never got an answer" in v for v in violations)
+
+
+def body(t0: float, t1: float | None, task: str, r: str, pid: int, n: int) -> list[dict[str, Any]]:
+    start = ev(t0, "body", "body_start", r=r, n=n, id=task, pid=pid, tok=n)
+    return (
+        [start] if t1 is None else [start, ev(t1, "body", "body_end", r=r, n=n, id=task, pid=pid)]
+    )
+
+
+def test_celery_checker_finds_overlapping_bodies_and_unfinished_tasks() -> None:
+    kill = [ev(1.5, "inj", "fault", kind="child_kill", at="end", fid=-1, pids=[7])]
+    ok = by_time(
+        body(0, None, "a", "lock:k", 7, 0),
+        kill,
+        body(2, 3, "a", "lock:k", 8, 1),
+        body(1, 1.4, "b", "sem:s", 9, 2),
+        body(1.2, 2, "c", "sem:s", 10, 3),
+    )
+    assert check_celery(ok, ["a", "b", "c"], {"SUCCESS": 3}, [], 0).violations == []
+    overlap = by_time(body(0, 2, "a", "lock:k", 7, 0), body(1, 3, "b", "lock:k", 8, 1))
+    row = check_celery(overlap, ["a", "b"], {"SUCCESS": 2}, [], 0)
+    assert row.violations == ["lock:k: 2 bodies at once at 1.000 (limit 1)"]
+    never = check_celery(body(0, None, "a", "lock:k", 7, 0), ["a", "b"], {"RETRY": 2}, [], 0)
+    assert any("never ended and was not killed" in v for v in never.violations)
+    assert any("2 tasks never completed a body" in v for v in never.violations)
+    # a message lost by the Redis transport is accepted only up to one per worker kill
+    lost = body(0, 1, "a", "lock:k", 7, 0)
+    assert check_celery(lost, ["a", "b"], {"SUCCESS": 1, "RETRY": 1}, ["b"], 1).violations == []
+    assert check_celery(lost, ["a", "b"], {"SUCCESS": 1, "RETRY": 1}, ["b"], 0).violations
