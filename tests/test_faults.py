@@ -166,6 +166,34 @@ def test_checker_finds_a_loss_never_or_late_learned() -> None:
     assert check(in_time, S, LIMITS)[0]["4"].violations == []
 
 
+def test_checker_gives_a_loss_followed_by_a_redis_pause_that_pause_s_bound() -> None:
+    delete = [
+        ev(0.5, "inj", "fault", kind="lease_delete", at="start", fid=1, victim="1", r="L", tok=1),
+        ev(0.51, "inj", "fault", kind="lease_delete", at="end", fid=1, victim="1", r="L", tok=1),
+        ev(1.0, "inj", "fault", kind="redis_pause", at="start", fid=2),
+        ev(4.0, "inj", "fault", kind="redis_pause", at="end", fid=2),
+    ]
+    learned = [ev(4.5, "1", "rel", r="L", tok=1, err="TimeoutError")]
+    row = check(by_time(hold("1", "L", 1, 0, 3), delete, learned), S, LIMITS)[0]["4"]
+    assert row.violations == []
+    assert any("1 losses followed by another Redis pause" in n for n in row.notes)
+    late = [ev(5.5, "1", "rel", r="L", tok=1, err="TimeoutError")]
+    assert check(by_time(hold("1", "L", 1, 0, 3), delete, late), S, LIMITS)[0]["4"].violations
+
+
+def test_checker_finds_a_refresh_that_revived_a_deleted_lease() -> None:
+    delete = [
+        ev(0.5, "inj", "fault", kind="lease_delete", at="start", fid=1, victim="1", r="L", tok=1),
+        ev(0.51, "inj", "fault", kind="lease_delete", at="end", fid=1, victim="1", r="L", tok=1),
+    ]
+    revived = [ev(1.0, "1", "refresh", r="L", tok=1, sent=0.9, ok=True)]
+    row = check(by_time(hold("1", "L", 1, 0, 3), delete, revived), S, LIMITS)[0]["4"]
+    assert any("succeeded after a lease_delete" in v for v in row.violations)
+    refused = [ev(1.0, "1", "refresh", r="L", tok=1, sent=0.9, ok=False)]
+    row = check(by_time(hold("1", "L", 1, 0, 3), delete, refused), S, LIMITS)[0]["4"]
+    assert row.violations == [] and row.ops == 1
+
+
 def test_checker_finds_waiters_starved_after_the_faults() -> None:
     events = [
         ev(0, "inj", "phase", name="calm"),

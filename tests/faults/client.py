@@ -14,6 +14,8 @@ with Redis TIME (see ``history.py``):
              ``owned()`` said just before; the client writes regardless,
              as if paused between its check and its write)
 ``exit``     done acting, about to release
+``refresh``  an explicit refresh() halfway through a long hold (sent: Redis
+             TIME before the call; ok: True / False, None if it raised)
 ``rel``      release returned (ok) or raised LockLost (lost) / another error (err)
 ``lost``     the heartbeat's on_lost callback ran for the lease (tok, why)
 
@@ -68,6 +70,20 @@ def main(config: dict[str, Any]) -> None:
     targets: list[tuple[str, int]] = [(name, 1) for name in config["locks"]]
     targets += [(name, limit) for name, limit in config["semaphores"].items()]
 
+    def hold(holder: LeaseSet, name: str, tok: int, seconds: float) -> None:
+        """Sleep; halfway through a long hold, call refresh() explicitly."""
+        if seconds < ttl / 2 or "no-heartbeat" in mutants:
+            time.sleep(seconds)
+            return
+        time.sleep(seconds / 2)
+        sec, usec = rec_client.time()
+        sent = sec + usec / 1e6
+        try:
+            rec("refresh", r=name, tok=tok, sent=sent, ok=holder.refresh())
+        except Exception as exc:  # NotOwned (already lost and forgotten), Redis errors
+            rec("refresh", r=name, tok=tok, sent=sent, ok=None, err=repr(exc)[:200])
+        time.sleep(seconds / 2)
+
     def on_lost(lease: Lease) -> None:
         rec("lost", r=lease.name, tok=lease.token, why=lease.lost_reason)
 
@@ -108,7 +124,7 @@ def main(config: dict[str, Any]) -> None:
                 claim = resource.claim(tok)
                 accepted, prev = claim.accepted, int(claim.value or 0)
             rec("read", r=name, tok=tok, acc=accepted, value=prev)
-            time.sleep(work)
+            hold(holder, name, tok, work)
             if accepted:
                 owned = holder.owned()
                 if "no-fence" in mutants:
@@ -118,7 +134,7 @@ def main(config: dict[str, Any]) -> None:
                     done = resource.write(tok, prev + 1).accepted
                 rec("write", r=name, tok=tok, prev=prev, new=prev + 1, acc=done, owned=owned)
         else:
-            time.sleep(work)
+            hold(holder, name, tok, work)
         rec("exit", "-", r=name, tok=tok)
         try:
             holder.release()
