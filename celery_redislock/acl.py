@@ -5,8 +5,8 @@ A user for celery-redislock needs the keys ``<prefix>:*`` and these commands
 
     ACL SETUSER locks on >secret resetkeys ~redislock:* -@all \\
         +evalsha +script|load +blpop +ping +wait \\
-        +time +get +set +del +pttl +pexpire +rpush +zadd +zrem +zcard +zscore \\
-        +zrange +zrangebyscore +hget +hset +hdel
+        +time +get +set +del +exists +pttl +pexpire +rpush +zadd +zrem +zcard \\
+        +zscore +zrange +zrangebyscore +hget +hset +hdel
 
 ``EVALSHA``/``SCRIPT LOAD`` run the scripts, ``BLPOP`` waits for a hand-off,
 ``PING`` is the connection health check, ``WAIT`` (and ``PEXPIRE``) serve
@@ -32,7 +32,7 @@ __all__ = ["CLIENT_COMMANDS", "CLUSTER_COMMANDS", "SCRIPT_COMMANDS", "acl_rules"
 CLIENT_COMMANDS = ("evalsha", "script|load", "blpop", "ping", "wait")
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 SCRIPT_COMMANDS = (
-    "time", "get", "set", "del", "pttl", "pexpire", "rpush",
+    "time", "get", "set", "del", "exists", "pttl", "pexpire", "rpush",
     "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore",
     "hget", "hset", "hdel",
 )  # fmt: skip

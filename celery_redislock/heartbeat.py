@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import threading
 import time
@@ -159,11 +160,12 @@ class Heartbeat:
         self._reset()
 
     def _reset(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._leases: dict[int, Lease] = {}
         self._thread: threading.Thread | None = None
         self._io: ThreadPoolExecutor | None = None
         self._stopping = False
+        self._scheduled_ttl = math.inf  # shortest ttl the loop's current wait accounts for
         self.beats = 0
 
     # -- registration -------------------------------------------------------
@@ -177,7 +179,8 @@ class Heartbeat:
                     target=self._run, name="redislock-heartbeat", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify_all()
+            if lease.ttl < self._scheduled_ttl:
+                self._cond.notify_all()  # the loop must beat sooner than it planned
 
     def discard(self, lease: Lease) -> None:
         with self._cond:
@@ -209,14 +212,14 @@ class Heartbeat:
             with self._cond:
                 while not self._stopping:
                     if self._leases:
-                        interval = max(
-                            MIN_INTERVAL, min(lease.ttl for lease in self._leases.values()) / 3
-                        )
+                        self._scheduled_ttl = min(lease.ttl for lease in self._leases.values())
+                        interval = max(MIN_INTERVAL, self._scheduled_ttl / 3)
                         wait = last_beat + interval - time.monotonic()
                         if wait <= 0:
                             break
                         self._cond.wait(wait)
                     else:
+                        self._scheduled_ttl = math.inf
                         self._cond.wait()
                         last_beat = time.monotonic()
                 if self._stopping:

@@ -167,9 +167,18 @@ class LeaseSet:
             raise TypeError(f"on_lost must be callable, got {on_lost!r}")
         self._on_lost: tuple[LostCallback, ...] = (on_lost,) if on_lost else ()
         try:
-            self._meta_json = json.dumps(dict(meta or {}), sort_keys=True)
+            meta_json = json.dumps(dict(meta or {}), sort_keys=True)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"meta must be JSON-serialisable: {exc}") from exc
+        # holder meta is this JSON object plus host and pid (added per acquire: forks)
+        separator = ", " if meta_json != "{}" else ""
+        self._meta_head = f'{meta_json[:-1]}{separator}"host": {json.dumps(_HOSTNAME)}, '
+        # Encoded once: every script call sends these, and encoding is a
+        # visible share of an uncontended acquire/release cycle.
+        self._script_keys: list[bytes] = [k.encode() for k in self.keys.script_keys()]
+        self._constant_args = tuple(
+            str(n).encode() for n in (limit, int(self.ttl * 1000), int(WAIT_LEASE * 1000))
+        )
         self._lease: Lease | None = None
 
     # -- state --------------------------------------------------------------
@@ -214,19 +223,12 @@ class LeaseSet:
                 raise LockError(f"this object already holds {self.name!r}; release it first")
             self._forget()
         owner = self.owner_prefix + secrets.token_hex(16)
-        meta = self._meta_json[:-1] + (", " if self._meta_json != "{}" else "")
-        meta += f'"host": {json.dumps(_HOSTNAME)}, "pid": {os.getpid()}}}'
-        args = [
-            owner,
-            self.limit,
-            int(self.ttl * 1000),
-            meta,
-            int(blocking),
-            int(WAIT_LEASE * 1000),
-        ]
-        keys = self.keys.script_keys()
+        meta = f'{self._meta_head}"pid": {os.getpid()}}}'
+        limit, ttl_ms, wait_ms = self._constant_args
+        args = [owner, limit, ttl_ms, meta, b"1" if blocking else b"0", wait_ms]
+        keys = self._script_keys
         deadline = None if timeout is None else time.monotonic() + timeout
-        cap = _socket_timeout(self.client)
+        cap = _socket_timeout(self.client) if blocking else None
         try:
             while True:
                 sent_at = time.monotonic()
@@ -262,7 +264,7 @@ class LeaseSet:
         if lease is None:
             raise NotOwned(f"release() of {self.name!r}, which this object does not hold")
         self._forget()
-        held = RELEASE(self.client, self.keys.script_keys(), self._release_args(lease.owner))
+        held = RELEASE(self.client, self._script_keys, self._release_args(lease.owner))
         if not held:
             raise LockLost(
                 f"lease on {self.name!r} (fencing token {lease.token}) expired or was taken "
@@ -281,6 +283,7 @@ class LeaseSet:
             raise NotOwned(f"refresh() of {self.name!r}, which this object does not hold")
         if ttl is not None:
             lease.ttl = _check_ttl(ttl)
+            HEARTBEAT.add(lease)  # renew at the new pace from now on
         sent_at = time.monotonic()
         if refresh_leases(self.client, [lease])[0] > 0:
             lease.confirm(sent_at)
@@ -291,7 +294,7 @@ class LeaseSet:
 
     def holders(self) -> list[Holder]:
         """Current unexpired holders, from Redis."""
-        now_ms, raw, _ = INSPECT(self.client, self.keys.script_keys(), [])
+        now_ms, raw, _ = INSPECT(self.client, self._script_keys, [])
         result = []
         for i in range(0, len(raw), 3):
             token, acquired, ttl_ms, meta = _text(raw[i + 2]).split(":", 3)
@@ -309,7 +312,7 @@ class LeaseSet:
 
     def waiters(self) -> list[Waiter]:
         """Live queued waiters in arrival order, from Redis."""
-        _, _, raw = INSPECT(self.client, self.keys.script_keys(), [])
+        _, _, raw = INSPECT(self.client, self._script_keys, [])
         result = []
         for i in range(0, len(raw), 2):
             _, ttl_ms, meta = _text(raw[i + 1]).split(":", 2)
@@ -345,10 +348,11 @@ class LeaseSet:
         For cleaning up after a holder that cannot release itself (a worker
         child killed mid-task).  True if ``owner`` held an unexpired slot.
         """
-        return bool(RELEASE(self.client, self.keys.script_keys(), self._release_args(owner)))
+        return bool(RELEASE(self.client, self._script_keys, self._release_args(owner)))
 
     def _release_args(self, owner: str) -> list[Any]:
-        return [owner, self.limit, int(WAIT_LEASE * 1000)]
+        limit, _, wait_ms = self._constant_args
+        return [owner, limit, wait_ms]
 
     def _hold(self, owner: str, token: int, sent_at: float) -> bool:
         self._lease = Lease(

@@ -9,6 +9,7 @@ atomic and costs one round trip.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -33,7 +34,7 @@ class LuaScript:
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode("utf-8")).hexdigest())
 
-    def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
+    def __call__(self, client: Any, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         """Run on ``client`` (a redis-py client), loading the script on NOSCRIPT.
 
         An ACL denial is re-raised as ``NoPermissionError`` naming the command
@@ -46,12 +47,12 @@ class LuaScript:
                 client.script_load(self.source)
                 return client.evalsha(self.sha, len(keys), *keys, *args)
         except ResponseError as exc:
-            clearer = explain(exc, self.name, self.source, keys)
+            clearer = explain(exc, self.name, self.source, [_text(k) for k in keys])
             if clearer is None:
                 raise
             raise clearer from exc
 
-    def queue(self, pipeline: Any, keys: list[str], args: list[Any]) -> None:
+    def queue(self, pipeline: Any, keys: Sequence[str | bytes], args: list[Any]) -> None:
         """Queue on a pipeline (run :meth:`ensure_loaded` on its client first)."""
         pipeline.evalsha(self.sha, len(keys), *keys, *args)
 
@@ -67,3 +68,7 @@ ACQUIRE = _with_common("acquire.lua")
 RELEASE = _with_common("release.lua")
 INSPECT = _with_common("inspect.lua")
 REFRESH = LuaScript("refresh.lua", _read("refresh.lua"))
+
+
+def _text(key: str | bytes) -> str:
+    return key.decode("utf-8") if isinstance(key, bytes) else key

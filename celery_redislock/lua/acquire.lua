@@ -15,6 +15,14 @@
 local owner, limit, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local meta, wait, wait_ms = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
 
+-- Fast path: nobody holds or waits (the common uncontended case).
+if redis.call('EXISTS', HOLDERS, QUEUE) == 0 then
+  local token = add_holder(owner, ttl_ms, meta)
+  redis.call('PEXPIRE', HOLDERS, ttl_ms)
+  redis.call('PEXPIRE', INFO, ttl_ms)
+  return {1, token, ttl_ms}
+end
+
 -- A hand-off (ours or one promote() makes now) shows as us being a holder.
 local function held_reply()
   local mine = redis.call('ZSCORE', HOLDERS, owner)

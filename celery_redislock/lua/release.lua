@@ -10,13 +10,22 @@
 local owner, limit, wait_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local mine = redis.call('ZSCORE', HOLDERS, owner)
-local held = mine and tonumber(mine) > NOW_MS
-if mine then remove_members(HOLDERS, INFO, {owner}) end
+local held = 0
+if mine then
+  if tonumber(mine) > NOW_MS then held = 1 end
+  remove_members(HOLDERS, INFO, {owner})
+end
+
+if redis.call('EXISTS', QUEUE, HOLDERS) == 0 then
+  -- Fast path: nobody else holds or waits, so there is nothing to hand
+  -- over or tidy.  (A wake list of ours that still holds an unread
+  -- hand-off expires by itself.)
+  return held
+end
+
 if redis.call('ZSCORE', QUEUE, owner) then remove_members(QUEUE, QINFO, {owner}) end
 redis.call('DEL', WAKE .. owner)
-
 purge_expired_holders()
 promote(limit, wait_ms)
 fit_holder_ttl()
-if held then return 1 end
-return 0
+return held

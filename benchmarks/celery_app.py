@@ -1,0 +1,96 @@
+"""The Celery app the benchmark's ``celery worker`` subprocess runs.
+
+Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_READY_FILE``);
+Redis is both broker and lock store.  No-op tasks count their completions
+with one INCR (the same for every variant) and stamp the first and last.
+"""
+
+# mypy: disable-error-code="untyped-decorator"
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import worker_ready
+from celery_once import QueueOnce  # type: ignore[import-untyped]
+from celery_singleton import Singleton  # type: ignore[import-untyped]
+
+from celery_redislock import LockedTask, SemaphoreTask
+
+URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+CRASH_TTL = 30.0
+
+app = Celery("bench", broker=URL, set_as_current=False)
+app.conf.update(
+    redislock_url=URL,
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    singleton_backend_url=URL,
+    ONCE={"backend": "celery_once.backends.Redis", "settings": {"url": URL}},
+)
+
+_client: tuple[int, redis.Redis] | None = None
+
+
+def conn() -> redis.Redis:
+    global _client
+    if _client is None or _client[0] != os.getpid():
+        _client = (os.getpid(), redis.Redis.from_url(URL))
+    return _client[1]
+
+
+def _done(counter: str, n: int) -> None:
+    r = conn()
+    count = r.incr(counter)
+    if count == 1:
+        r.set(counter + ":first", repr(time.time()))
+    elif count == n:
+        r.set(counter + ":last", repr(time.time()))
+
+
+@app.task(name="bench.plain")
+def plain(x: int, counter: str, n: int) -> None:
+    _done(counter, n)
+
+
+@app.task(base=LockedTask, lock_key="bench:k:{x}", name="bench.locked")
+def locked(x: int, counter: str, n: int) -> None:
+    _done(counter, n)
+
+
+@app.task(base=SemaphoreTask, semaphore_key="bench:sem", semaphore_limit=4, name="bench.sem")
+def sem(x: int, counter: str, n: int) -> None:
+    _done(counter, n)
+
+
+def _hang(x: str) -> None:
+    conn().set(f"bench:crashpid:{x}", os.getpid())
+    time.sleep(600)
+
+
+@app.task(base=LockedTask, lock_key="bench:crash:{x}", lock_ttl=CRASH_TTL, name="bench.crash_ours")
+def crash_ours(x: str) -> None:
+    _hang(x)
+
+
+@app.task(base=QueueOnce, once={"keys": ["x"]}, name="bench.crash_once")
+def crash_once(x: str) -> None:
+    _hang(x)
+
+
+@app.task(base=Singleton, name="bench.crash_singleton")
+def crash_singleton(x: str) -> None:
+    _hang(x)
+
+
+@worker_ready.connect
+def _ready(**_: Any) -> None:
+    path = os.environ.get("BENCH_READY_FILE")
+    if path:
+        Path(path).write_text(str(os.getpid()))

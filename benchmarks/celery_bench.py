@@ -1,0 +1,297 @@
+"""Part 4: Celery: task overhead, commands per task, heartbeat cost, crash clean-up.
+
+A real ``celery worker`` subprocess (prefork, ``concurrency`` children) runs
+``benchmarks.celery_app`` with Redis as broker and lock store.  Throughput:
+``tasks`` no-op tasks are queued on a fresh queue, the worker is told to
+consume it, and the rate is taken between the first and the last task's
+completion stamps.  Commands: ``INFO commandstats`` over that window / tasks
+(broker traffic included; calls made inside Lua scripts included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from celery_redislock import HEARTBEAT, RedisLock
+
+from . import common
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class CeleryParams:
+    runs: int = 5
+    tasks: int = 2000
+    concurrency: int = 2
+    heartbeat_leases: int = 100
+    heartbeat_ttl: float = 3.0  # renewal every ttl/3 = 1 s
+    heartbeat_window: float = 6.0
+    crash_give_up: float = 40.0  # ours: TTL 30 s + margin
+    peer_watch: float = 10.0  # peers (TTL 3600 s / none): how long we watch before giving up
+    peers_crash: bool = True
+
+
+QUICK = CeleryParams(runs=1, tasks=300, heartbeat_window=3.0, crash_give_up=10.0, peer_watch=3.0)
+TINY = CeleryParams(
+    runs=1, tasks=20, heartbeat_leases=10, heartbeat_ttl=0.6, heartbeat_window=1.0,
+    crash_give_up=10.0, peers_crash=False,
+)  # fmt: skip
+
+
+class Worker:
+    """One ``celery worker`` subprocess in its own session; ``stop()`` kills the group."""
+
+    def __init__(self, url: str, queues: str, concurrency: int) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="bench-celery-"))
+        self.ready = self.dir / "ready"
+        self.log = self.dir / "worker.log"
+        self.name = f"bench{os.getpid()}@localhost"
+        env = {**os.environ, "BENCH_REDIS_URL": url, "BENCH_READY_FILE": str(self.ready)}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "benchmarks.celery_app", "worker",
+            "-P", "prefork", "-c", str(concurrency), "-Q", queues, "-n", self.name,
+            "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "warning",
+        ]  # fmt: skip
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"celery worker did not start:\n{self.tail()}")
+            time.sleep(0.05)
+
+    def tail(self) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+        return ""
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.proc.wait(10)
+
+
+def _wait(condition: Any, timeout: float, what: str, interval: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+# -- throughput -----------------------------------------------------------------
+
+
+def _throughput_run(
+    celery_app: Any, worker: Worker, task: Any, n: int, admin: Any
+) -> dict[str, float]:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    counter = f"bench:done:{queue}"
+    with celery_app.producer_or_acquire() as producer:
+        for i in range(n):
+            task.apply_async((i, counter, n), queue=queue, producer=producer)
+    common.reset_stats(admin)
+    celery_app.control.add_consumer(queue, destination=[worker.name], reply=True, timeout=10)
+    _wait(lambda: admin.get(counter + ":last") is not None, 300, f"{n} {task.name} tasks")
+    calls = common.command_calls(admin)
+    celery_app.control.cancel_consumer(queue, destination=[worker.name], reply=True, timeout=10)
+    first = float(admin.get(counter + ":first"))
+    last = float(admin.get(counter + ":last"))
+    admin.delete(counter, counter + ":first", counter + ":last")
+    return {
+        "tasks_per_s": (n - 1) / max(last - first, 1e-9),
+        "server_cmds_per_task": sum(calls.values()) / n,
+        "evalsha_per_task": calls.get("evalsha", 0) / n,
+    }
+
+
+# -- heartbeat -------------------------------------------------------------------
+
+
+def heartbeat_cost(url: str, params: CeleryParams, admin: Any) -> dict[str, Any]:
+    """Hold ``heartbeat_leases`` locks in this process; count renewal calls in a window."""
+    conn = common.client(url)
+    tag = uuid.uuid4().hex[:8]
+    leases = [
+        RedisLock(conn, f"hb-{tag}-{i}", ttl=params.heartbeat_ttl, prefix="bench")
+        for i in range(params.heartbeat_leases)
+    ]
+    for lease in leases:
+        lease.acquire()
+    try:
+        # Count from just after one beat to just after the k-th beat after it,
+        # so every renewal call in the window belongs to a counted beat.
+        k = max(1, round(params.heartbeat_window / (params.heartbeat_ttl / 3)))
+        first = HEARTBEAT.beats
+        _wait(lambda: HEARTBEAT.beats > first, 3 * params.heartbeat_ttl, "a heartbeat", 0.002)
+        common.reset_stats(admin)
+        sent0, beats0, started = common.sent_commands(), HEARTBEAT.beats, time.monotonic()
+        _wait(lambda: HEARTBEAT.beats >= beats0 + k, 3 * params.heartbeat_window, "heartbeats",
+              0.002)  # fmt: skip
+        calls = common.command_calls(admin)
+        sent, beats = common.sent_commands() - sent0, HEARTBEAT.beats - beats0
+        window = time.monotonic() - started
+        lost = sum(not lease.owned() for lease in leases)
+    finally:
+        for lease in leases:
+            with contextlib.suppress(Exception):
+                lease.release()
+    interval = params.heartbeat_ttl / 3
+    refreshes = calls.get("evalsha", 0) + calls.get("eval", 0)
+    return {
+        "leases": params.heartbeat_leases,
+        "ttl_s": params.heartbeat_ttl,
+        "interval_s": interval,
+        "window_s": window,
+        "refresh_calls": refreshes,
+        "client_commands": sent,
+        "calls_per_interval": refreshes / (window / interval),
+        "beats": beats,
+        "calls_per_beat": refreshes / max(beats, 1),
+        "lost": lost,
+    }
+
+
+# -- crash clean-up ------------------------------------------------------------------
+
+
+def _crash(
+    admin: Any, task: Any, arg: str, held: Any, give_up: float, ttl: float | None, what: str,
+    ttl_left: Any,
+) -> dict[str, Any]:  # fmt: skip
+    pid_key = f"bench:crashpid:{arg}"
+    admin.delete(pid_key)
+    task.apply_async((arg,), queue="crash")
+    _wait(lambda: admin.get(pid_key) is not None and held(), 60, f"{task.name} to start")
+    child = int(admin.get(pid_key))
+    os.kill(child, signal.SIGKILL)
+    killed = time.monotonic()
+    deadline = killed + give_up
+    while held() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    result: dict[str, Any] = {"what": what, "ttl_s": ttl}
+    if held():
+        result.update(free_after_s=None, gave_up_after_s=give_up, ttl_left=ttl_left())
+    else:
+        result["free_after_s"] = time.monotonic() - killed
+    return result
+
+
+def _scan_one(admin: Any, pattern: str) -> Any:
+    return next(iter(admin.scan_iter(match=pattern, count=1000)), None)
+
+
+def crash_cleanup(celery_app: Any, params: CeleryParams, admin: Any) -> dict[str, Any]:
+    from . import celery_app as bench_app
+
+    results: dict[str, Any] = {}
+    task = bench_app.crash_ours
+    ours = []
+    for _ in range(params.runs):
+        arg = "k" + uuid.uuid4().hex[:6]
+        lease_set = task.redislock_leaseset(task.redislock_name((arg,), {}))
+        ours.append(_crash(
+            admin, task, arg, lambda ls=lease_set: bool(ls.holders()), params.crash_give_up,
+            bench_app.CRASH_TTL, "taken when the task starts, renewed by the heartbeat",
+            lambda: "-",
+        ))  # fmt: skip
+    freed = [r["free_after_s"] for r in ours if r["free_after_s"] is not None]
+    row = dict(ours[0])
+    if len(freed) == len(ours):
+        row["free_after_s"] = common.median(freed)
+    else:  # any run that was not freed in time is the row's result
+        row = next(r for r in ours if r["free_after_s"] is None)
+    row["runs"] = ours
+    results["celery-redislock LockedTask"] = row
+    if not params.peers_crash:
+        return results
+
+    def key_ttl(pattern: str) -> Any:
+        key = _scan_one(admin, pattern)
+        if key is None:
+            return "gone"
+        ms = admin.pttl(key)
+        return "no expiry" if ms < 0 else f"{ms / 1000:.0f} s"
+
+    arg = "k" + uuid.uuid4().hex[:6]
+    once_pattern = f"qo_bench.crash_once_x-{arg}*"
+    results["celery-once QueueOnce"] = _crash(
+        admin, bench_app.crash_once, arg, lambda: _scan_one(admin, once_pattern) is not None,
+        params.peer_watch, 3600, "taken at enqueue, released after the task returns",
+        lambda: key_ttl(once_pattern),
+    )  # fmt: skip
+    arg = "k" + uuid.uuid4().hex[:6]
+    single_pattern = "SINGLETONLOCK_*"
+    for key in admin.scan_iter(match=single_pattern):
+        admin.delete(key)
+    results["celery-singleton Singleton"] = _crash(
+        admin, bench_app.crash_singleton, arg,
+        lambda: _scan_one(admin, single_pattern) is not None, params.peer_watch, None,
+        "taken at enqueue, released on success/failure in the child",
+        lambda: key_ttl(single_pattern),
+    )  # fmt: skip
+    for pattern in (once_pattern, single_pattern):  # leave the server clean
+        for key in admin.scan_iter(match=pattern):
+            admin.delete(key)
+    return results
+
+
+# -- orchestration ---------------------------------------------------------------------
+
+
+def run(url: str, params: CeleryParams, log: Any = print) -> dict[str, Any]:
+    os.environ["BENCH_REDIS_URL"] = url  # before the app module reads it
+    from . import celery_app as bench_app
+
+    if url != bench_app.URL:
+        raise RuntimeError("benchmarks.celery_app was imported with another Redis URL")
+    admin = common.client(url)
+    results: dict[str, Any] = {"params": params.__dict__}
+    log("  celery: heartbeat cost")
+    results["heartbeat"] = heartbeat_cost(url, params, admin)
+    worker = Worker(url, "ctl,crash", params.concurrency)
+    try:
+        worker.wait_ready()
+        variants = {
+            "plain Task": bench_app.plain,
+            "LockedTask": bench_app.locked,
+            "SemaphoreTask": bench_app.sem,
+        }
+        for task in variants.values():  # warm up every child and code path
+            _throughput_run(bench_app.app, worker, task, max(20, params.tasks // 10), admin)
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+        for _ in range(params.runs):
+            for name, task in variants.items():  # interleaved, so drift hits all alike
+                log(f"  celery: {params.tasks} x {name}")
+                runs[name].append(_throughput_run(bench_app.app, worker, task, params.tasks, admin))
+        throughput = {name: common.median_of_runs(r) for name, r in runs.items()}
+        base = throughput["plain Task"]["server_cmds_per_task"]
+        for row in throughput.values():
+            row["extra_cmds_per_task"] = row["server_cmds_per_task"] - base
+        results["throughput"] = throughput
+        log("  celery: SIGKILL of a worker child")
+        results["crash"] = crash_cleanup(bench_app.app, params, admin)
+    except Exception as exc:
+        results["missing"] = f"{type(exc).__name__}: {exc}\nworker log:\n{worker.tail()}"
+        raise
+    finally:
+        worker.stop()
+    return results
