@@ -28,5 +28,9 @@ lint: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks
 
+# Fault injection (also run, in short mode, by `make test`): FAULTS_ARGS="--seconds 600 --seed N"
+faults: $(VENV)/.installed
+	$(PY) -m tests.faults.run $(FAULTS_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
