@@ -14,6 +14,7 @@ from .errors import (
     NotOwned,
     NotReplicated,
 )
+from .fencing import FencedResource, StaleToken
 from .heartbeat import HEARTBEAT
 from .lease import Lease
 from .leaseset import Holder, Waiter
@@ -26,6 +27,7 @@ __all__ = [
     "SKIPPED",
     "AcquireTimeout",
     "FairSemaphore",
+    "FencedResource",
     "Holder",
     "Lease",
     "LockContended",
@@ -36,6 +38,7 @@ __all__ = [
     "NotReplicated",
     "RedisLock",
     "SemaphoreTask",
+    "StaleToken",
     "Waiter",
     "signals",
 ]
