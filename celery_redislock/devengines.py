@@ -22,12 +22,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
 
-from .devserver import RedisServer, find_redis_server
+from .devserver import RedisServer, StartStop, find_redis_server
 
 __all__ = ["LocalCluster", "SentinelGroup", "SentinelServer", "cluster_port"]
 
@@ -63,7 +62,7 @@ def _client(port: int) -> redis.Redis:
     return redis.Redis(port=port, socket_timeout=5, decode_responses=True)
 
 
-class LocalCluster:
+class LocalCluster(StartStop):
     """A Redis Cluster on 127.0.0.1: ``masters`` primaries, ``replicas`` replicas each.
 
     ``url`` is a ``redis+cluster://`` URL naming every primary, as
@@ -152,17 +151,6 @@ class LocalCluster:
                 node.stop()
         self.nodes = []
 
-    def __enter__(self) -> LocalCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 class SentinelServer(RedisServer):
     """``redis-server <config> --sentinel`` monitoring one primary."""
@@ -195,7 +183,7 @@ class SentinelServer(RedisServer):
         return self
 
 
-class SentinelGroup:
+class SentinelGroup(StartStop):
     """A primary, one replica and three Sentinels (quorum 2) on 127.0.0.1.
 
     ``url`` is the Celery-style ``sentinel://h:p;sentinel://h:p;...`` URL;
@@ -293,14 +281,3 @@ class SentinelGroup:
                 server.stop()
         self.sentinels = []
         self.servers = []
-
-    def __enter__(self) -> SentinelGroup:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -27,8 +27,32 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
-__all__ = ["RedisServer", "find_redis_server", "free_port", "redis_url"]
+__all__ = ["RedisServer", "StartStop", "find_redis_server", "free_port", "redis_url"]
+
+_Started = TypeVar("_Started", bound="StartStop")
+
+
+class StartStop:
+    """``with thing:`` starts it and stops it afterwards."""
+
+    def start(self: _Started) -> _Started:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Started) -> _Started:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 def find_redis_server(name: str = "redis-server") -> str:
@@ -61,7 +85,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class RedisServer:
+class RedisServer(StartStop):
     """One ``redis-server`` process owned by the caller.
 
     ``start()`` waits until the server answers ``PING``; ``stop()`` terminates
@@ -154,17 +178,6 @@ class RedisServer:
                 self.process.kill()
                 self.process.wait(timeout=10)
         shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 @contextlib.contextmanager

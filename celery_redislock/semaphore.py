@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from .keys import DEFAULT_PREFIX
-from .lease import LostCallback
 from .leaseset import LeaseSet
 
 __all__ = ["FairSemaphore"]
@@ -46,32 +41,3 @@ class FairSemaphore(LeaseSet):
 
     _default_blocking = False
     _default_blocking_timeout = 0.0
-
-    def __init__(
-        self,
-        client: Any,
-        name: str,
-        limit: int,
-        *,
-        ttl: float = 30.0,
-        prefix: str = DEFAULT_PREFIX,
-        blocking_timeout: float | object | None = ...,
-        on_lost: LostCallback | None = None,
-        meta: Mapping[str, Any] | None = None,
-        owner_prefix: str = "",
-        replicas: int = 0,
-        replica_timeout: float = 1.0,
-    ) -> None:
-        super().__init__(
-            client,
-            name,
-            limit,
-            ttl=ttl,
-            prefix=prefix,
-            blocking_timeout=blocking_timeout,
-            on_lost=on_lost,
-            meta=meta,
-            owner_prefix=owner_prefix,
-            replicas=replicas,
-            replica_timeout=replica_timeout,
-        )
