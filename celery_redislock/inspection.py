@@ -24,13 +24,12 @@ beat and reports it lost (``owned()`` turns False).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .keys import LeaseKeys, validate_name, validate_prefix
-from .leaseset import Holder, LeaseSet, Waiter
+from .leaseset import Holder, LeaseSet, Waiter, parse_inspect
 from .scripts import INSPECT
 
 __all__ = [
@@ -244,35 +243,9 @@ def _inspect_batch(client: Any, prefix: str, names: list[str]) -> list[Any]:
 
 
 def _state(prefix: str, name: str, reply: Any) -> LeaseSetState:
-    now_ms, raw_holders, raw_waiters = reply
-    now = int(now_ms) / 1000
-    holders = []
-    for i in range(0, len(raw_holders), 3):
-        token, acquired, ttl_ms, meta = _text(raw_holders[i + 2]).split(":", 3)
-        holders.append(
-            Holder(
-                owner=_text(raw_holders[i]),
-                token=int(token),
-                acquired_at=int(acquired) / 1000,
-                expires_in=(float(raw_holders[i + 1]) / 1000) - now,
-                ttl=int(ttl_ms) / 1000,
-                meta=_meta(meta),
-            )
-        )
-    waiters = []
-    for i in range(0, len(raw_waiters), 2):
-        _, ttl_ms, meta = _text(raw_waiters[i + 1]).split(":", 2)
-        waiters.append(Waiter(_text(raw_waiters[i]), int(ttl_ms) / 1000, _meta(meta)))
+    now, holders, waiters = parse_inspect(reply)
     holders.sort(key=lambda h: h.token)
     return LeaseSetState(prefix, name, now, tuple(holders), tuple(waiters))
-
-
-def _meta(raw: str) -> dict[str, Any]:
-    try:
-        meta = json.loads(raw) if raw else {}
-    except ValueError:
-        return {"raw": raw}
-    return meta if isinstance(meta, dict) else {"raw": meta}
 
 
 def _text(value: bytes | str) -> str:

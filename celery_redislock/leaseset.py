@@ -41,7 +41,7 @@ from .lease import Lease, LostCallback
 from .replication import acknowledged_by
 from .scripts import ACQUIRE, INSPECT, RELEASE
 
-__all__ = ["WAIT_LEASE", "Holder", "LeaseSet", "Waiter"]
+__all__ = ["WAIT_LEASE", "Holder", "LeaseSet", "Waiter", "parse_inspect"]
 
 WAIT_LEASE = 5.0
 MIN_TTL = 0.01
@@ -106,6 +106,29 @@ def _socket_timeout(client: Any) -> float | None:
     holder = getattr(client, "connection_pool", None) or getattr(client, "nodes_manager", None)
     value = getattr(holder, "connection_kwargs", {}).get("socket_timeout")
     return float(value) if value else None
+
+
+def parse_inspect(reply: Any) -> tuple[float, list[Holder], list[Waiter]]:
+    """``inspect.lua``'s reply as (Redis time in seconds, holders, waiters)."""
+    now_ms, raw_holders, raw_waiters = reply
+    holders = []
+    for i in range(0, len(raw_holders), 3):
+        token, acquired, ttl_ms, meta = _text(raw_holders[i + 2]).split(":", 3)
+        holders.append(
+            Holder(
+                owner=_text(raw_holders[i]),
+                token=int(token),
+                acquired_at=int(acquired) / 1000,
+                expires_in=(float(raw_holders[i + 1]) - int(now_ms)) / 1000,
+                ttl=int(ttl_ms) / 1000,
+                meta=_parse_meta(meta),
+            )
+        )
+    waiters = []
+    for i in range(0, len(raw_waiters), 2):
+        _, ttl_ms, meta = _text(raw_waiters[i + 1]).split(":", 2)
+        waiters.append(Waiter(_text(raw_waiters[i]), int(ttl_ms) / 1000, _parse_meta(meta)))
+    return int(now_ms) / 1000, holders, waiters
 
 
 def _parse_meta(raw: str) -> dict[str, Any]:
@@ -294,30 +317,11 @@ class LeaseSet:
 
     def holders(self) -> list[Holder]:
         """Current unexpired holders, from Redis."""
-        now_ms, raw, _ = INSPECT(self.client, self._script_keys, [])
-        result = []
-        for i in range(0, len(raw), 3):
-            token, acquired, ttl_ms, meta = _text(raw[i + 2]).split(":", 3)
-            result.append(
-                Holder(
-                    owner=_text(raw[i]),
-                    token=int(token),
-                    acquired_at=int(acquired) / 1000,
-                    expires_in=(float(raw[i + 1]) - now_ms) / 1000,
-                    ttl=int(ttl_ms) / 1000,
-                    meta=_parse_meta(meta),
-                )
-            )
-        return result
+        return parse_inspect(INSPECT(self.client, self._script_keys, []))[1]
 
     def waiters(self) -> list[Waiter]:
         """Live queued waiters in arrival order, from Redis."""
-        _, _, raw = INSPECT(self.client, self._script_keys, [])
-        result = []
-        for i in range(0, len(raw), 2):
-            _, ttl_ms, meta = _text(raw[i + 1]).split(":", 2)
-            result.append(Waiter(_text(raw[i]), int(ttl_ms) / 1000, _parse_meta(meta)))
-        return result
+        return parse_inspect(INSPECT(self.client, self._script_keys, []))[2]
 
     # -- context manager ----------------------------------------------------
 
