@@ -4,13 +4,13 @@ A user for celery-redislock needs the keys ``<prefix>:*`` and these commands
 (:func:`acl_rules` spells them as ``ACL SETUSER`` rules)::
 
     ACL SETUSER locks on >secret resetkeys ~redislock:* -@all \\
-        +evalsha +script|load +blpop +ping +wait \\
+        +evalsha +eval +script|load +blpop +ping +wait \\
         +time +get +set +del +exists +pttl +pexpire +rpush +zadd +zrem +zcard \\
         +zscore +zrange +zrangebyscore +hget +hset +hdel
 
 ``EVALSHA``/``SCRIPT LOAD`` run the scripts, ``BLPOP`` waits for a hand-off,
-``PING`` is the connection health check, ``WAIT`` (and ``PEXPIRE``) serve
-``replicas=N``.  The rest are the commands the Lua scripts call: Redis
+``PING`` is the connection health check, ``WAIT`` and ``EVAL`` (of
+``touch_fence.lua``) serve ``replicas=N``.  The rest are the commands the Lua scripts call: Redis
 checks the ACL for every command a script runs.  On a Redis Cluster, add
 ``+cluster|slots +command`` (redis-py's discovery of the cluster; set the
 user on every node); the inspection CLI also needs ``+scan``.
@@ -29,7 +29,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 __all__ = ["CLIENT_COMMANDS", "CLUSTER_COMMANDS", "SCRIPT_COMMANDS", "acl_rules", "explain"]
 
-CLIENT_COMMANDS = ("evalsha", "script|load", "blpop", "ping", "wait")
+CLIENT_COMMANDS = ("evalsha", "eval", "script|load", "blpop", "ping", "wait")
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 SCRIPT_COMMANDS = (
     "time", "get", "set", "del", "exists", "pttl", "pexpire", "rpush",

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .scripts import TOUCH_FENCE
+
 __all__ = ["FENCE_MEMORY_MS", "acknowledged_by"]
 
 FENCE_MEMORY_MS = 600_000  # as common.lua
@@ -42,7 +44,8 @@ def acknowledged_by(client: Any, fence_key: str, replicas: int, timeout_ms: int)
     if hasattr(client, "get_node_from_key"):
         client = client.get_redis_connection(client.get_node_from_key(fence_key))
     pipe = client.pipeline(transaction=False)
-    pipe.pexpire(fence_key, FENCE_MEMORY_MS)
+    # EVAL, not EVALSHA: a node that lacks the script must not fail the pipeline.
+    pipe.eval(TOUCH_FENCE.source, 1, fence_key, FENCE_MEMORY_MS)
     pipe.execute_command("WAIT", replicas, timeout_ms)
     touched, acked = pipe.execute()
     return int(acked) if touched else 0

@@ -18,7 +18,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from .acl import explain
 
-__all__ = ["ACQUIRE", "INSPECT", "REFRESH", "RELEASE", "LuaScript"]
+__all__ = ["ACQUIRE", "INSPECT", "REFRESH", "RELEASE", "TOUCH_FENCE", "LuaScript"]
 
 
 def _read(name: str) -> str:
@@ -68,6 +68,7 @@ ACQUIRE = _with_common("acquire.lua")
 RELEASE = _with_common("release.lua")
 INSPECT = _with_common("inspect.lua")
 REFRESH = LuaScript("refresh.lua", _read("refresh.lua"))
+TOUCH_FENCE = LuaScript("touch_fence.lua", _read("touch_fence.lua"))
 
 
 def _text(key: str | bytes) -> str:
