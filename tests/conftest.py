@@ -8,7 +8,6 @@ with a unique key ``prefix`` instead of flushing, so a shared Redis is safe.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,17 +15,14 @@ from typing import Any
 import pytest
 import redis
 
+from celery_redislock import devserver
 from celery_redislock.devserver import RedisServer
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    url = os.environ.get("REDIS_URL")
-    if url:
+    with devserver.redis_url() as url:
         yield url
-        return
-    with RedisServer() as server:
-        yield server.url
 
 
 @pytest.fixture
