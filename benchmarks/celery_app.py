@@ -1,7 +1,8 @@
 """The Celery app the benchmark's ``celery worker`` subprocess runs.
 
-Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_READY_FILE``);
-Redis is both broker and lock store.  No-op tasks count their completions
+Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_READY_FILE``,
+``BENCH_BROKER_URL``): Redis is the lock store, and the broker too unless
+``BENCH_BROKER_URL`` names another (RabbitMQ).  No-op tasks count their completions
 with one INCR (the same for every variant) and stamp the first and last.
 """
 
@@ -23,9 +24,10 @@ from celery_singleton import Singleton  # type: ignore[import-untyped]
 from celery_redislock import LockedTask, SemaphoreTask
 
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+BROKER_URL = os.environ.get("BENCH_BROKER_URL") or URL
 CRASH_TTL = 30.0
 
-app = Celery("bench", broker=URL, set_as_current=False)
+app = Celery("bench", broker=BROKER_URL, set_as_current=False)
 app.conf.update(
     redislock_url=URL,
     task_ignore_result=True,

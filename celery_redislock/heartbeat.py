@@ -53,6 +53,7 @@ log = logging.getLogger("celery_redislock")
 
 BATCH_SIZE = 500
 MIN_INTERVAL = 0.005
+IDLE_TICKING = 60.0  # seconds an idle renewer keeps its pace before sleeping until add()
 
 
 def _is_cluster(client: Any) -> bool:
@@ -180,7 +181,10 @@ class Heartbeat:
                 )
                 self._thread.start()
             if lease.ttl < self._scheduled_ttl:
-                self._cond.notify_all()  # the loop must beat sooner than it planned
+                # The loop must beat sooner than it planned.  Otherwise it is
+                # not woken: it beats within scheduled_ttl / 3 <= lease.ttl / 3.
+                self._scheduled_ttl = lease.ttl
+                self._cond.notify_all()
 
     def discard(self, lease: Lease) -> None:
         with self._cond:
@@ -207,21 +211,32 @@ class Heartbeat:
     # -- the loop -----------------------------------------------------------
 
     def _run(self) -> None:
-        last_beat = time.monotonic()
+        last_beat = idle_since = time.monotonic()
         while True:
             with self._cond:
                 while not self._stopping:
+                    now = time.monotonic()
                     if self._leases:
                         self._scheduled_ttl = min(lease.ttl for lease in self._leases.values())
-                        interval = max(MIN_INTERVAL, self._scheduled_ttl / 3)
-                        wait = last_beat + interval - time.monotonic()
-                        if wait <= 0:
-                            break
-                        self._cond.wait(wait)
+                        idle_since = math.inf
                     else:
-                        self._scheduled_ttl = math.inf
+                        # Idle: keep the last pace for IDLE_TICKING seconds, so that
+                        # a holder acquiring and releasing in a loop need not wake
+                        # this thread at every add() (see add()); then sleep.
+                        idle_since = min(idle_since, now)
+                        if now - idle_since >= IDLE_TICKING:
+                            self._scheduled_ttl = math.inf
+                    if self._scheduled_ttl == math.inf:
                         self._cond.wait()
                         last_beat = time.monotonic()
+                        continue
+                    wait = last_beat + max(MIN_INTERVAL, self._scheduled_ttl / 3) - now
+                    if wait > 0:
+                        self._cond.wait(wait)
+                    elif self._leases:
+                        break
+                    else:
+                        last_beat = now  # an idle tick: nothing to renew
                 if self._stopping:
                     return
                 leases = list(self._leases.values())

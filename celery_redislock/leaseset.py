@@ -255,12 +255,12 @@ class LeaseSet:
         try:
             while True:
                 sent_at = time.monotonic()
-                granted, value, *_ = ACQUIRE(self.client, keys, args)
-                if granted:
-                    return self._hold(owner, int(value), sent_at)
+                reply = ACQUIRE(self.client, keys, args)  # token, or -retry_in_ms
+                if reply > 0:
+                    return self._hold(owner, reply, sent_at)
                 if not blocking:
                     return False
-                block = min(int(value) / 1000, WAIT_LEASE / 2)
+                block = min(-reply / 1000, WAIT_LEASE / 2)
                 if deadline is not None:
                     block = min(block, deadline - time.monotonic())
                     if block <= 0:

@@ -30,6 +30,26 @@ def test_one_batched_call_per_beat_for_many_leases(own_redis: RedisServer) -> No
         lock.release()
 
 
+def test_lease_taken_while_the_renewer_idles_is_renewed(redis_client: Any, prefix: str) -> None:
+    # After the last lease is released the renewer keeps its pace without
+    # being woken by add(); a lease taken then must still be renewed in time,
+    # also one with a shorter ttl than the pace it kept.
+    for ttl in (0.6, 0.3):
+        warm = RedisLock(redis_client, "idle-warm", ttl=0.6, prefix=prefix)
+        assert warm.acquire()
+        warm.release()
+        time.sleep(0.25)  # the renewer is now idle-ticking at the 0.6 s pace
+        lock = RedisLock(redis_client, "idle", ttl=ttl, prefix=prefix)
+        assert lock.acquire()
+        beats = HEARTBEAT.beats
+        wait_for(lambda b=beats: HEARTBEAT.beats >= b + 4, timeout=20, message="four beats")
+        assert lock.owned()
+        holder = lock.holders()
+        assert [h.owner for h in holder] == [lock.lease.owner]  # type: ignore[union-attr]
+        assert holder[0].expires_in > 0
+        lock.release()
+
+
 def test_forked_child_does_not_renew_parent_leases(redis_client: Any, prefix: str) -> None:
     lock = RedisLock(redis_client, "fork", ttl=5, prefix=prefix)
     assert lock.acquire()

@@ -161,6 +161,22 @@ def test_fencing_tokens_increase_across_fence_loss_and_restart(own_redis: RedisS
     assert tokens[0] < tokens[1] < tokens[2]
 
 
+def test_fencing_token_follows_a_fence_ahead_of_redis_time(redis_client: Any, prefix: str) -> None:
+    # A fence above Redis time in microseconds (the server clock stepped back
+    # after tokens were issued): the next tokens continue from it, one by one.
+    lock = RedisLock(redis_client, "ahead", ttl=5, prefix=prefix)
+    seconds, micros = redis_client.time()
+    ahead = (seconds + 3600) * 10**6 + micros  # an hour ahead (tokens stay below 2**53)
+    redis_client.set(lock.keys.fence, ahead, px=60_000)
+    tokens = []
+    for _ in range(3):
+        assert lock.acquire()
+        tokens.append(lock.token)
+        lock.release()
+    assert tokens == [ahead + 1, ahead + 2, ahead + 3]
+    assert 0 < redis_client.pttl(lock.keys.fence) <= 600_000
+
+
 def test_nothing_left_after_release_but_bounded_fence(redis_client: Any, prefix: str) -> None:
     locks = [RedisLock(redis_client, f"n{i}", ttl=5, prefix=prefix) for i in range(5)]
     for lock in locks:

@@ -6,9 +6,10 @@
 -- ARGV[4] meta        opaque holder description (JSON), stored for inspection
 -- ARGV[5] wait        "1": enqueue/refresh our place in the queue if not granted
 -- ARGV[6] wait_ms     how long a queue entry lives without being renewed
--- Returns {1, token, ttl_ms} when `owner` holds a slot (also when a hand-off
--- made it a holder before it asked again), else {0, retry_in_ms}: when to ask
--- again at the latest if no hand-off arrives (earliest holder expiry).
+-- Returns the fencing token (> 0) when `owner` holds a slot (also when a
+-- hand-off made it a holder before it asked again), else -retry_in_ms (< 0):
+-- when to ask again at the latest if no hand-off arrives (earliest holder
+-- expiry).  One integer, because parsing a reply is part of every acquire.
 -- A caller is granted only while fewer than `limit` hold and no live waiter
 -- queued before it is still waiting: newcomers never barge past the queue.
 
@@ -20,7 +21,7 @@ if redis.call('EXISTS', HOLDERS, QUEUE) == 0 then
   local token = add_holder(owner, ttl_ms, meta)
   redis.call('PEXPIRE', HOLDERS, ttl_ms)
   redis.call('PEXPIRE', INFO, ttl_ms)
-  return {1, token, ttl_ms}
+  return token
 end
 
 -- A hand-off (ours or one promote() makes now) shows as us being a holder.
@@ -28,8 +29,7 @@ local function held_reply()
   local mine = redis.call('ZSCORE', HOLDERS, owner)
   if mine and tonumber(mine) > NOW_MS then
     redis.call('DEL', WAKE .. owner)
-    local token = string.match(redis.call('HGET', INFO, owner) or '0', '^(%d+)')
-    return {1, tonumber(token), tonumber(mine) - NOW_MS}
+    return tonumber(string.match(redis.call('HGET', INFO, owner), '^(%d+)'))
   end
   return nil
 end
@@ -46,7 +46,7 @@ if reply then return reply end
 if redis.call('ZCARD', HOLDERS) < limit then
   local token = add_holder(owner, ttl_ms, meta)
   fit_holder_ttl()
-  return {1, token, ttl_ms}
+  return token
 end
 
 fit_holder_ttl()
@@ -62,4 +62,4 @@ if wait then
 end
 local retry_in = earliest_expiry_in()
 if retry_in == 0 then retry_in = wait_ms end
-return {0, retry_in}
+return -retry_in

@@ -13,15 +13,17 @@ local mine = redis.call('ZSCORE', HOLDERS, owner)
 local held = 0
 if mine then
   if tonumber(mine) > NOW_MS then held = 1 end
+  if redis.call('EXISTS', QUEUE) == 0 and redis.call('ZCARD', HOLDERS) == 1 then
+    -- Fast path: we were the only holder and nobody waits, so there is
+    -- nothing to hand over or tidy: drop both holder keys.  (A wake list of
+    -- ours that still holds an unread hand-off expires by itself.)
+    redis.call('DEL', HOLDERS, INFO)
+    return held
+  end
   remove_members(HOLDERS, INFO, {owner})
 end
 
-if redis.call('EXISTS', QUEUE, HOLDERS) == 0 then
-  -- Fast path: nobody else holds or waits, so there is nothing to hand
-  -- over or tidy.  (A wake list of ours that still holds an unread
-  -- hand-off expires by itself.)
-  return held
-end
+if redis.call('EXISTS', QUEUE, HOLDERS) == 0 then return held end
 
 if redis.call('ZSCORE', QUEUE, owner) then remove_members(QUEUE, QINFO, {owner}) end
 redis.call('DEL', WAKE .. owner)
