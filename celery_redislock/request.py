@@ -162,12 +162,15 @@ class ChildWatcher:
                     self._thread = None  # idle: the next watch() starts a new one
                     return
                 entries = list(self._requests.items())
+            gone: dict[int, bool] = {}  # one /proc read per child, not per task
             for key, request in entries:
-                gone = _process_gone(request.worker_pid)
-                if gone or request not in state.active_requests:
+                pid = request.worker_pid
+                if pid not in gone:
+                    gone[pid] = _process_gone(pid)
+                if gone[pid] or request not in state.active_requests:
                     with self._lock:
                         self._requests.pop(key, None)
-                if gone:
+                if gone[pid]:
                     request._redislock_cleanup("worker lost")
 
 
