@@ -1,7 +1,8 @@
 """Part 4: Celery: task overhead, commands per task, heartbeat cost, crash clean-up.
 
 A real ``celery worker`` subprocess (prefork, ``concurrency`` children) runs
-``benchmarks.celery_app`` with Redis as broker and lock store.  Throughput:
+``benchmarks.celery_app`` with Redis as broker and lock store
+(``BENCH_BROKER_URL=amqp://...`` for a RabbitMQ broker instead).  Throughput:
 ``tasks`` no-op tasks are queued on a fresh queue, the worker is told to
 consume it, and the rate is taken between the first and the last task's
 completion stamps.  Commands: ``INFO commandstats`` over that window / tasks
@@ -264,7 +265,11 @@ def run(url: str, params: CeleryParams, log: Any = print) -> dict[str, Any]:
     if url != bench_app.URL:
         raise RuntimeError("benchmarks.celery_app was imported with another Redis URL")
     admin = common.client(url)
-    results: dict[str, Any] = {"params": params.__dict__}
+    broker = bench_app.BROKER_URL.split(":", 1)[0]
+    results: dict[str, Any] = {
+        "params": params.__dict__,
+        "broker": "RabbitMQ" if broker.startswith("amqp") else broker.capitalize(),
+    }
     log("  celery: heartbeat cost")
     results["heartbeat"] = heartbeat_cost(url, params, admin)
     worker = Worker(url, "ctl,crash", params.concurrency)

@@ -19,7 +19,8 @@ from .contenders import LOCKS
 @dataclass(frozen=True)
 class LockParams:
     runs: int = 3
-    uncontended_s: float = 2.0
+    uncontended_s: float = 4.0  # per contender, in uncontended_slices interleaved slices
+    uncontended_slices: int = 20
     handoff_waiters: int = 16
     handoff_s: float = 3.0
     fair_procs: int = 32
@@ -29,30 +30,55 @@ class LockParams:
     crash: bool = True  # also measure what a SIGKILLed holder leaves behind
 
 
-QUICK = LockParams(runs=1, uncontended_s=0.5, handoff_waiters=4, handoff_s=1.0, fair_procs=6,
-                   fair_s=1.0)  # fmt: skip
-TINY = LockParams(runs=1, uncontended_s=0.2, handoff_waiters=2, handoff_s=0.2, fair_procs=3,
-                  fair_hold=0.002, fair_s=0.2, margin=0.3, crash=False)  # fmt: skip
+QUICK = LockParams(runs=1, uncontended_s=0.5, uncontended_slices=5, handoff_waiters=4,
+                   handoff_s=1.0, fair_procs=6, fair_s=1.0)  # fmt: skip
+TINY = LockParams(runs=1, uncontended_s=0.2, uncontended_slices=2, handoff_waiters=2,
+                  handoff_s=0.2, fair_procs=3, fair_hold=0.002, fair_s=0.2, margin=0.3,
+                  crash=False)  # fmt: skip
 
 
 # -- work done inside fleet workers ----------------------------------------------
 
 
-def uncontended_worker(url: str, contender: str, name: str, seconds: float) -> dict[str, Any]:
-    conn = common.client(url)
-    lock = LOCKS[contender](conn, name)
-    lock.acquire()  # warm up: connection, script loading
-    lock.release()
-    sent0 = common.sent_commands()
-    cycles = 0
-    started = time.perf_counter()
-    end = started + seconds
-    while time.perf_counter() < end:
+def uncontended_worker(url: str, names: dict[str, str], seconds: float, slices: int) -> Any:
+    """Every contender in turn, in ``slices`` short slices each, in this one process.
+
+    Interleaving slices (and rotating who goes first) exposes all contenders
+    to the same machine: a noisy neighbour or a CPU frequency change during
+    the run hits them alike, so their ratio holds even when absolute numbers
+    drift.  Redis command calls are counted per slice from ``INFO commandstats``.
+    """
+    admin = common.client(url)
+    locks = {c: LOCKS[c](common.client(url), name) for c, name in names.items()}
+    totals = {c: {"cycles": 0, "elapsed": 0.0, "sent": 0, "server": 0} for c in locks}
+    for lock in locks.values():  # warm up: connection, script loading
         lock.acquire()
         lock.release()
-        cycles += 1
-    elapsed = time.perf_counter() - started
-    return {"cycles": cycles, "elapsed": elapsed, "sent": common.sent_commands() - sent0}
+    order = list(locks)
+    for i in range(slices):
+        for contender in order[i % len(order):] + order[: i % len(order)]:
+            lock, row = locks[contender], totals[contender]
+            server0 = sum(common.command_calls(admin).values())
+            sent0 = common.sent_commands()
+            cycles = 0
+            started = time.perf_counter()
+            end = started + seconds / slices
+            while time.perf_counter() < end:
+                lock.acquire()
+                lock.release()
+                cycles += 1
+            row["elapsed"] += time.perf_counter() - started
+            row["sent"] += common.sent_commands() - sent0
+            row["server"] += sum(common.command_calls(admin).values()) - server0
+            row["cycles"] += cycles
+    return {
+        c: {
+            "cycles_per_s": t["cycles"] / t["elapsed"],
+            "client_cmds_per_acq": t["sent"] / max(t["cycles"], 1),
+            "server_cmds_per_acq": t["server"] / max(t["cycles"], 1),
+        }
+        for c, t in totals.items()
+    }
 
 
 def handoff_worker(
@@ -121,20 +147,15 @@ def run(url: str, params: LockParams, fleet: common.Fleet, log: Any = print) -> 
         c: {"uncontended": [], "handoff": [], "fairness": []} for c in LOCKS
     }
     for run_no in range(params.runs):
+        log(f"  locks: uncontended, every lock in turn (run {run_no + 1}/{params.runs})")
+        names = {contender: _name() for contender in raw}
+        (res,) = fleet.run(
+            uncontended_worker, [(url, names, params.uncontended_s, params.uncontended_slices)]
+        )
+        for contender, rows in raw.items():
+            rows["uncontended"].append(res[contender])
         for contender, rows in raw.items():
             log(f"  locks: {contender} (run {run_no + 1}/{params.runs})")
-            common.reset_stats(admin)
-            (res,) = fleet.run(
-                uncontended_worker, [(url, contender, _name(), params.uncontended_s)]
-            )
-            server = sum(common.command_calls(admin).values())
-            rows["uncontended"].append(
-                {
-                    "cycles_per_s": res["cycles"] / res["elapsed"],
-                    "client_cmds_per_acq": res["sent"] / max(res["cycles"], 1),
-                    "server_cmds_per_acq": server / max(res["cycles"], 1),
-                }
-            )
             rows["handoff"].append(_handoff_run(url, contender, params, fleet))
             rows["fairness"].append(_fairness_run(url, contender, params, fleet, admin))
     results: dict[str, Any] = {

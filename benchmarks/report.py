@@ -124,6 +124,9 @@ def locks_section(r: dict[str, Any]) -> str:
         )
     return (
         f"#### Locks: speed and hand-off (medians of {p['runs']} runs)\n\n{speed}\n"
+        f"Uncontended: one process, one client per lock, every lock in turn in "
+        f"{p.get('uncontended_slices', 1)} interleaved slices per run "
+        f"({p['uncontended_s']:g} s per lock), so machine noise hits all alike.  "
         f"Hand-off = the releaser's `release()` call to the next holder's `acquire()` return, "
         f"in another process; 're-taken by the releaser' = acquisitions that went back to the "
         f"process that had just released (barging): a lock that is rarely handed over has "
@@ -221,7 +224,8 @@ def celery_section(r: dict[str, Any]) -> str:
         p = r["params"]
         out.append(
             f"#### Celery: no-op tasks on one prefork worker (concurrency {p['concurrency']}, "
-            f"{p['tasks']} tasks, Redis broker, medians of {p['runs']} runs)\n\n"
+            f"{p['tasks']} tasks, {r.get('broker', 'Redis')} broker, medians of {p['runs']} "
+            "runs)\n\n"
             + _table(
                 [
                     "task base",
