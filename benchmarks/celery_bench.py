@@ -101,17 +101,42 @@ def _wait(condition: Any, timeout: float, what: str, interval: float = 0.02) -> 
 # -- throughput -----------------------------------------------------------------
 
 
+def _process_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _worker_cpu(main_pid: int) -> float | None:
+    """CPU seconds used by a worker's main process and its pool children (Linux /proc)."""
+    try:
+        total = _process_cpu(main_pid)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError):
+                    with open(f"/proc/{entry}/stat", "rb") as stat:
+                        ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+                    if ppid == main_pid:
+                        total += _process_cpu(int(entry))
+        return total
+    except OSError:
+        return None  # no /proc: not reported
+
+
 def _throughput_run(
     celery_app: Any, worker: Worker, task: Any, n: int, admin: Any
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     counter = f"bench:done:{queue}"
     with celery_app.producer_or_acquire() as producer:
         for i in range(n):
             task.apply_async((i, counter, n), queue=queue, producer=producer)
     common.reset_stats(admin)
+    redis_cpu, worker_cpu = common.server_cpu(admin), _worker_cpu(worker.proc.pid)
     celery_app.control.add_consumer(queue, destination=[worker.name], reply=True, timeout=10)
     _wait(lambda: admin.get(counter + ":last") is not None, 300, f"{n} {task.name} tasks")
+    redis_cpu = common.server_cpu(admin) - redis_cpu
+    worker_after = _worker_cpu(worker.proc.pid)
     calls = common.command_calls(admin)
     celery_app.control.cancel_consumer(queue, destination=[worker.name], reply=True, timeout=10)
     first = float(admin.get(counter + ":first"))
@@ -121,6 +146,10 @@ def _throughput_run(
         "tasks_per_s": (n - 1) / max(last - first, 1e-9),
         "server_cmds_per_task": sum(calls.values()) / n,
         "evalsha_per_task": calls.get("evalsha", 0) / n,
+        "redis_cpu_us": 1e6 * redis_cpu / n,
+        "worker_cpu_us": None
+        if worker_cpu is None or worker_after is None
+        else 1e6 * (worker_after - worker_cpu) / n,
     }
 
 

@@ -68,6 +68,12 @@ def reset_stats(conn: redis.Redis) -> None:
     conn.config_resetstat()
 
 
+def server_cpu(conn: redis.Redis) -> float:
+    """CPU seconds (user + system) the Redis server has used, from ``INFO cpu``."""
+    cpu = conn.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def command_calls(conn: redis.Redis) -> dict[str, int]:
     """Calls per command since the last reset, without INFO/CONFIG themselves.
 

@@ -46,19 +46,23 @@ def uncontended_worker(url: str, names: dict[str, str], seconds: float, slices: 
     Interleaving slices (and rotating who goes first) exposes all contenders
     to the same machine: a noisy neighbour or a CPU frequency change during
     the run hits them alike, so their ratio holds even when absolute numbers
-    drift.  Redis command calls are counted per slice from ``INFO commandstats``.
+    drift.  Redis command calls are counted per slice from ``INFO commandstats``,
+    and Redis CPU time (user + system, I/O included) from ``INFO cpu``.
     """
     admin = common.client(url)
     locks = {c: LOCKS[c](common.client(url), name) for c, name in names.items()}
-    totals = {c: {"cycles": 0, "elapsed": 0.0, "sent": 0, "server": 0} for c in locks}
+    totals = {
+        c: {"cycles": 0, "elapsed": 0.0, "sent": 0, "server": 0, "server_cpu": 0.0} for c in locks
+    }
     for lock in locks.values():  # warm up: connection, script loading
         lock.acquire()
         lock.release()
     order = list(locks)
     for i in range(slices):
-        for contender in order[i % len(order):] + order[: i % len(order)]:
+        for contender in order[i % len(order) :] + order[: i % len(order)]:
             lock, row = locks[contender], totals[contender]
             server0 = sum(common.command_calls(admin).values())
+            cpu0 = common.server_cpu(admin)
             sent0 = common.sent_commands()
             cycles = 0
             started = time.perf_counter()
@@ -69,6 +73,7 @@ def uncontended_worker(url: str, names: dict[str, str], seconds: float, slices: 
                 cycles += 1
             row["elapsed"] += time.perf_counter() - started
             row["sent"] += common.sent_commands() - sent0
+            row["server_cpu"] += common.server_cpu(admin) - cpu0
             row["server"] += sum(common.command_calls(admin).values()) - server0
             row["cycles"] += cycles
     return {
@@ -76,6 +81,7 @@ def uncontended_worker(url: str, names: dict[str, str], seconds: float, slices: 
             "cycles_per_s": t["cycles"] / t["elapsed"],
             "client_cmds_per_acq": t["sent"] / max(t["cycles"], 1),
             "server_cmds_per_acq": t["server"] / max(t["cycles"], 1),
+            "server_cpu_us": 1e6 * t["server_cpu"] / max(t["cycles"], 1),
         }
         for c, t in totals.items()
     }

@@ -62,6 +62,7 @@ def locks_section(r: dict[str, Any]) -> str:
                 _fmt(h["handoffs"]),
                 _fmt(h["self_reacquire_pct"], 0) + " %",
                 _fmt(u["client_cmds_per_acq"], 1),
+                _fmt(u.get("server_cpu_us"), 0),
             ]
         )
     speed = _table(
@@ -74,6 +75,7 @@ def locks_section(r: dict[str, Any]) -> str:
             "hand-offs seen",
             "re-taken by the releaser",
             "commands / acquisition (uncontended)",
+            "Redis CPU µs / uncontended cycle",
         ],
         rows,
     )
@@ -218,6 +220,8 @@ def celery_section(r: dict[str, Any]) -> str:
                 _fmt(v["evalsha_per_task"], 2),
                 _fmt(v["server_cmds_per_task"], 1),
                 _fmt(v["extra_cmds_per_task"], 1),
+                _fmt(v.get("worker_cpu_us"), 0),
+                _fmt(v.get("redis_cpu_us"), 0),
             ]
             for name, v in t.items()
         ]
@@ -234,9 +238,15 @@ def celery_section(r: dict[str, Any]) -> str:
                     "lock round trips / task (EVALSHA)",
                     "Redis command calls / task (broker + lock, incl. inside Lua)",
                     "extra vs plain",
+                    "worker CPU µs / task (main + children)",
+                    "Redis CPU µs / task",
                 ],
                 rows,
             )
+            + "\nCPU: the worker's processes from /proc, Redis from `INFO cpu` (user + "
+            "system, I/O included), over each run's window, divided by the tasks; the "
+            "machine's cores are shared by all of them, so CPU per task is what sets the "
+            "throughput.\n"
         )
     hb = r.get("heartbeat")
     if hb:

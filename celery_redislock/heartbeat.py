@@ -17,6 +17,12 @@ Guarantees:
   renews its parent's leases;
 * :meth:`Heartbeat.stop` ends the thread (also run at interpreter exit).
 
+Cost when idle: after the last lease goes, the thread keeps waking at its
+last pace for ``IDLE_TICKING`` seconds, so that a process acquiring and
+releasing in a loop does not have to wake it at every acquire (a thread
+switch per acquire was a visible share of an uncontended cycle); then it
+sleeps until a lease is added.
+
 Not guaranteed: that a lease survives a pause of *this* process (GC, SIGSTOP)
 longer than its TTL.  The holder learns it lost the lease, but may already
 have acted; only a fencing token checked by the resource makes that safe.
