@@ -61,6 +61,16 @@ def plain(x: int, counter: str, n: int) -> None:
     _done(counter, n)
 
 
+@app.task(name="bench.two_pings")
+def two_pings(x: int, counter: str, n: int) -> None:
+    """A plain task plus two bare round trips to Redis: the floor of any task
+    that talks to Redis before and after its body (the control row)."""
+    r = conn()
+    r.ping()
+    r.ping()
+    _done(counter, n)
+
+
 @app.task(base=LockedTask, lock_key="bench:k:{x}", name="bench.locked")
 def locked(x: int, counter: str, n: int) -> None:
     _done(counter, n)

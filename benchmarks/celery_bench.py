@@ -28,6 +28,9 @@ from celery_redislock import HEARTBEAT, RedisLock
 from . import common
 
 ROOT = Path(__file__).resolve().parent.parent
+# A plain task that also makes two bare round trips (PING) to Redis: what any
+# acquire-before / release-after scheme costs at the least, Lua and Python aside.
+CONTROL = "plain Task + 2 PINGs (control)"
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,7 @@ def run(url: str, params: CeleryParams, log: Any = print) -> dict[str, Any]:
         worker.wait_ready()
         variants = {
             "plain Task": bench_app.plain,
+            CONTROL: bench_app.two_pings,
             "LockedTask": bench_app.locked,
             "SemaphoreTask": bench_app.sem,
         }

@@ -123,11 +123,12 @@ def test_celery_part(server: RedisServer) -> None:
 
     result = celery_bench.run(server.url, celery_bench.TINY, lambda msg: None)
     throughput = result["throughput"]
-    assert set(throughput) == {"plain Task", "LockedTask", "SemaphoreTask"}
+    assert set(throughput) == {"plain Task", celery_bench.CONTROL, "LockedTask", "SemaphoreTask"}
     for name, row in throughput.items():
         assert row["tasks_per_s"] > 0, name
     # the guarded tasks send exactly acquire + release to the lock store
     assert throughput["plain Task"]["evalsha_per_task"] < 0.5
+    assert throughput[celery_bench.CONTROL]["evalsha_per_task"] < 0.5
     assert throughput["LockedTask"]["evalsha_per_task"] == pytest.approx(2, abs=0.5)
     hb = result["heartbeat"]
     assert hb["refresh_calls"] >= 1 and hb["lost"] == 0
