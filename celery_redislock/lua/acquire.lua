@@ -37,10 +37,11 @@ end
 local reply = held_reply()
 if reply then return reply end
 
-purge_expired_holders()
-promote(limit, wait_ms)
-reply = held_reply()
-if reply then return reply end
+local changed = purge_expired_holders() + promote(limit, wait_ms)
+if changed > 0 then
+  reply = held_reply()
+  if reply then return reply end
+end
 
 -- promote() leaves a free slot only when no live waiter is queued.
 if redis.call('ZCARD', HOLDERS) < limit then
@@ -49,11 +50,11 @@ if redis.call('ZCARD', HOLDERS) < limit then
   return token
 end
 
-fit_holder_ttl()
+-- Holders changed only if some were purged or promoted (the common case
+-- under contention is neither: the caller just queues).
+if changed > 0 then fit_holder_ttl() end
 if wait then
-  if not redis.call('ZSCORE', QUEUE, owner) then
-    redis.call('ZADD', QUEUE, NOW_US, owner)
-  end
+  redis.call('ZADD', QUEUE, 'NX', NOW_US, owner)  -- keeps an earlier arrival
   redis.call('HSET', QINFO, owner, string.format('%d:%d:', NOW_MS + wait_ms, ttl_ms) .. meta)
   if redis.call('PTTL', QUEUE) < wait_ms then
     redis.call('PEXPIRE', QUEUE, wait_ms)

@@ -43,10 +43,11 @@ local function remove_members(zset, hash, members)
   end
 end
 
--- Drop holders whose lease expired by Redis time.
+-- Drop holders whose lease expired by Redis time; returns how many.
 local function purge_expired_holders()
   local dead = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', NOW_MS)
   if #dead > 0 then remove_members(HOLDERS, INFO, dead) end
+  return #dead
 end
 
 -- Make the holders/info keys expire with their last lease.
@@ -84,9 +85,10 @@ local function live_head()
 end
 
 -- Hand free slots to live waiters in arrival order: each becomes a holder
--- and gets its fencing token pushed onto its wake list.
+-- and gets its fencing token pushed onto its wake list.  Returns how many.
 local function promote(limit, wake_ttl_ms)
   local free = limit - redis.call('ZCARD', HOLDERS)
+  local promoted = 0
   while free > 0 do
     local head, entry = live_head()
     if not head then break end
@@ -96,7 +98,9 @@ local function promote(limit, wake_ttl_ms)
     redis.call('RPUSH', WAKE .. head, string.format('%d', token))
     redis.call('PEXPIRE', WAKE .. head, wake_ttl_ms)
     free = free - 1
+    promoted = promoted + 1
   end
+  return promoted
 end
 
 -- Remaining lease of the earliest-expiring holder (ms), or 0.

@@ -25,7 +25,12 @@ end
 
 if redis.call('EXISTS', QUEUE, HOLDERS) == 0 then return held end
 
-if redis.call('ZSCORE', QUEUE, owner) then remove_members(QUEUE, QINFO, {owner}) end
+-- A holder is never also queued (promote() dequeues whom it grants; a
+-- direct grant happens only when no live waiter is queued), so only a
+-- non-holder can have a queue place to give back.
+if not mine and redis.call('ZSCORE', QUEUE, owner) then
+  remove_members(QUEUE, QINFO, {owner})
+end
 redis.call('DEL', WAKE .. owner)
 purge_expired_holders()
 promote(limit, wait_ms)
