@@ -234,7 +234,9 @@ class Heartbeat:
                             self._scheduled_ttl = math.inf
                     if self._scheduled_ttl == math.inf:
                         self._cond.wait()
-                        last_beat = time.monotonic()
+                        # Woken by add(): that counts as activity, even if the
+                        # lease is gone again by the time this thread runs.
+                        last_beat = idle_since = time.monotonic()
                         continue
                     wait = last_beat + max(MIN_INTERVAL, self._scheduled_ttl / 3) - now
                     if wait > 0:

@@ -50,6 +50,28 @@ def test_lease_taken_while_the_renewer_idles_is_renewed(redis_client: Any, prefi
         lock.release()
 
 
+def test_acquire_release_loop_wakes_the_sleeping_renewer_once(
+    redis_client: Any, prefix: str, monkeypatch: Any
+) -> None:
+    # Once asleep (idle longer than IDLE_TICKING), the renewer is woken by the
+    # next add() and must then keep ticking: a loop of acquire/release must
+    # not wake it at every acquire (a thread switch each time).
+    from celery_redislock import heartbeat
+
+    monkeypatch.setattr(heartbeat, "IDLE_TICKING", 1.0)
+    lock = RedisLock(redis_client, "wake-once", ttl=5, prefix=prefix)
+    assert lock.acquire()
+    lock.release()
+    wait_for(lambda: HEARTBEAT._scheduled_ttl == float("inf"), timeout=10, message="asleep")
+    wakes = []
+    notify_all = HEARTBEAT._cond.notify_all
+    monkeypatch.setattr(HEARTBEAT._cond, "notify_all", lambda: (wakes.append(1), notify_all()))
+    for _ in range(100):
+        assert lock.acquire()
+        lock.release()
+    assert len(wakes) == 1
+
+
 def test_forked_child_does_not_renew_parent_leases(redis_client: Any, prefix: str) -> None:
     lock = RedisLock(redis_client, "fork", ttl=5, prefix=prefix)
     assert lock.acquire()

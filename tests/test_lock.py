@@ -177,6 +177,31 @@ def test_fencing_token_follows_a_fence_ahead_of_redis_time(redis_client: Any, pr
     assert 0 < redis_client.pttl(lock.keys.fence) <= 600_000
 
 
+def test_handed_off_waiter_whose_info_was_lost_gets_a_new_token(
+    redis_client: Any, prefix: str
+) -> None:
+    # The slot is handed to a queued waiter, then the info key is deleted
+    # before the waiter asks again: it is still the holder, with a fresh token.
+    from celery_redislock.scripts import ACQUIRE
+
+    holder = RedisLock(redis_client, "lost-info", ttl=5, prefix=prefix)
+    assert holder.acquire()
+    limit, ttl_ms, wait_ms = holder._constant_args
+    args = ["waiter-1", limit, ttl_ms, "{}", "1", wait_ms]
+    assert ACQUIRE(redis_client, holder._script_keys, args) < 0  # queued
+    first = holder.token
+    holder.release()  # hands the slot to the waiter
+    assert redis_client.zscore(holder.keys.holders, "waiter-1") is not None
+    redis_client.delete(holder.keys.info)
+    token = ACQUIRE(redis_client, holder._script_keys, args)
+    assert first is not None and token > first
+    info = redis_client.hget(holder.keys.info, "waiter-1")
+    assert info is not None and info.decode().startswith(f"{token}:")
+    assert redis_client.pttl(holder.keys.info) > 0
+    assert RedisLock(redis_client, "lost-info", prefix=prefix).holders()[0].token == token
+    redis_client.delete(holder.keys.holders, holder.keys.info, holder.keys.wake("waiter-1"))
+
+
 def test_nothing_left_after_release_but_bounded_fence(redis_client: Any, prefix: str) -> None:
     locks = [RedisLock(redis_client, f"n{i}", ttl=5, prefix=prefix) for i in range(5)]
     for lock in locks:

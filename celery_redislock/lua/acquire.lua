@@ -25,11 +25,17 @@ if redis.call('EXISTS', HOLDERS, QUEUE) == 0 then
 end
 
 -- A hand-off (ours or one promote() makes now) shows as us being a holder.
+-- If its info entry was lost (the info key deleted), it gets a new token.
 local function held_reply()
   local mine = redis.call('ZSCORE', HOLDERS, owner)
   if mine and tonumber(mine) > NOW_MS then
     redis.call('DEL', WAKE .. owner)
-    return tonumber(string.match(redis.call('HGET', INFO, owner), '^(%d+)'))
+    local info = redis.call('HGET', INFO, owner)
+    if info then return tonumber(string.match(info, '^(%d+)')) end
+    local token = next_token()
+    redis.call('HSET', INFO, owner, string.format('%d:%d:%d:', token, NOW_MS, ttl_ms) .. meta)
+    fit_holder_ttl()
+    return token
   end
   return nil
 end
