@@ -55,21 +55,28 @@ def test_acquire_release_loop_wakes_the_sleeping_renewer_once(
 ) -> None:
     # Once asleep (idle longer than IDLE_TICKING), the renewer is woken by the
     # next add() and must then keep ticking: a loop of acquire/release must
-    # not wake it at every acquire (a thread switch each time).
-    from celery_redislock import heartbeat
+    # not wake it at every acquire (a thread switch each time).  A renewer of
+    # its own, so that leases other tests left in this process do not keep it
+    # awake.
+    from celery_redislock import heartbeat, leaseset
 
+    beat = heartbeat.Heartbeat()
+    monkeypatch.setattr(leaseset, "HEARTBEAT", beat)
     monkeypatch.setattr(heartbeat, "IDLE_TICKING", 1.0)
-    lock = RedisLock(redis_client, "wake-once", ttl=5, prefix=prefix)
-    assert lock.acquire()
-    lock.release()
-    wait_for(lambda: HEARTBEAT._scheduled_ttl == float("inf"), timeout=10, message="asleep")
-    wakes = []
-    notify_all = HEARTBEAT._cond.notify_all
-    monkeypatch.setattr(HEARTBEAT._cond, "notify_all", lambda: (wakes.append(1), notify_all()))
-    for _ in range(100):
+    try:
+        lock = RedisLock(redis_client, "wake-once", ttl=5, prefix=prefix)
         assert lock.acquire()
         lock.release()
-    assert len(wakes) == 1
+        wait_for(lambda: beat._scheduled_ttl == float("inf"), timeout=10, message="asleep")
+        wakes = []
+        notify_all = beat._cond.notify_all
+        monkeypatch.setattr(beat._cond, "notify_all", lambda: (wakes.append(1), notify_all()))
+        for _ in range(100):
+            assert lock.acquire()
+            lock.release()
+        assert len(wakes) == 1
+    finally:
+        beat.stop()
 
 
 def test_forked_child_does_not_renew_parent_leases(redis_client: Any, prefix: str) -> None:
