@@ -30,24 +30,33 @@ def test_one_batched_call_per_beat_for_many_leases(own_redis: RedisServer) -> No
         lock.release()
 
 
-def test_lease_taken_while_the_renewer_idles_is_renewed(redis_client: Any, prefix: str) -> None:
+def test_lease_taken_while_the_renewer_idles_is_renewed(
+    redis_client: Any, prefix: str, monkeypatch: Any
+) -> None:
     # After the last lease is released the renewer keeps its pace without
     # being woken by add(); a lease taken then must still be renewed in time,
-    # also one with a shorter ttl than the pace it kept.
-    for ttl in (0.6, 0.3):
-        warm = RedisLock(redis_client, "idle-warm", ttl=0.6, prefix=prefix)
-        assert warm.acquire()
-        warm.release()
-        time.sleep(0.25)  # the renewer is now idle-ticking at the 0.6 s pace
-        lock = RedisLock(redis_client, "idle", ttl=ttl, prefix=prefix)
-        assert lock.acquire()
-        beats = HEARTBEAT.beats
-        wait_for(lambda b=beats: HEARTBEAT.beats >= b + 4, timeout=20, message="four beats")
-        assert lock.owned()
-        holder = lock.holders()
-        assert [h.owner for h in holder] == [lock.lease.owner]  # type: ignore[union-attr]
-        assert holder[0].expires_in > 0
-        lock.release()
+    # also one with a shorter ttl than the pace it kept.  A renewer of its own,
+    # so that leases other tests left in this process do not set its pace.
+    from celery_redislock import heartbeat, leaseset
+
+    beat = heartbeat.Heartbeat()
+    monkeypatch.setattr(leaseset, "HEARTBEAT", beat)
+    try:
+        for ttl in (0.6, 0.3):
+            warm = RedisLock(redis_client, "idle-warm", ttl=0.6, prefix=prefix)
+            assert warm.acquire()
+            warm.release()  # the renewer now idles at the 0.6 s pace
+            lock = RedisLock(redis_client, "idle", ttl=ttl, prefix=prefix)
+            assert lock.acquire()
+            beats = beat.beats
+            wait_for(lambda b=beats: beat.beats >= b + 4, timeout=20, message="four beats")
+            assert lock.owned()
+            holder = lock.holders()
+            assert [h.owner for h in holder] == [lock.lease.owner]  # type: ignore[union-attr]
+            assert holder[0].expires_in > 0
+            lock.release()
+    finally:
+        beat.stop()
 
 
 def test_acquire_release_loop_wakes_the_sleeping_renewer_once(
