@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import redis
 
-from celery_redislock import RedisLock
+from celery_redislock import RedisLock, heartbeat, leaseset
 from celery_redislock.devserver import RedisServer
-from celery_redislock.heartbeat import HEARTBEAT
+from celery_redislock.heartbeat import HEARTBEAT, Heartbeat
 from tests.waiting import wait_for
 
 
@@ -30,62 +32,57 @@ def test_one_batched_call_per_beat_for_many_leases(own_redis: RedisServer) -> No
         lock.release()
 
 
+@pytest.fixture
+def own_renewer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Heartbeat]:
+    """A renewer of its own for the locks a test takes, so that leases other
+    tests left in this process neither set its pace nor keep it awake."""
+    beat = Heartbeat()
+    monkeypatch.setattr(leaseset, "HEARTBEAT", beat)
+    yield beat
+    beat.stop()
+
+
 def test_lease_taken_while_the_renewer_idles_is_renewed(
-    redis_client: Any, prefix: str, monkeypatch: Any
+    redis_client: Any, prefix: str, own_renewer: Heartbeat
 ) -> None:
     # After the last lease is released the renewer keeps its pace without
     # being woken by add(); a lease taken then must still be renewed in time,
-    # also one with a shorter ttl than the pace it kept.  A renewer of its own,
-    # so that leases other tests left in this process do not set its pace.
-    from celery_redislock import heartbeat, leaseset
-
-    beat = heartbeat.Heartbeat()
-    monkeypatch.setattr(leaseset, "HEARTBEAT", beat)
-    try:
-        for ttl in (0.6, 0.3):
-            warm = RedisLock(redis_client, "idle-warm", ttl=0.6, prefix=prefix)
-            assert warm.acquire()
-            warm.release()  # the renewer now idles at the 0.6 s pace
-            lock = RedisLock(redis_client, "idle", ttl=ttl, prefix=prefix)
-            assert lock.acquire()
-            beats = beat.beats
-            wait_for(lambda b=beats: beat.beats >= b + 4, timeout=20, message="four beats")
-            assert lock.owned()
-            holder = lock.holders()
-            assert [h.owner for h in holder] == [lock.lease.owner]  # type: ignore[union-attr]
-            assert holder[0].expires_in > 0
-            lock.release()
-    finally:
-        beat.stop()
+    # also one with a shorter ttl than the pace it kept.
+    beat = own_renewer
+    for ttl in (0.6, 0.3):
+        warm = RedisLock(redis_client, "idle-warm", ttl=0.6, prefix=prefix)
+        assert warm.acquire()
+        warm.release()  # the renewer now idles at the 0.6 s pace
+        lock = RedisLock(redis_client, "idle", ttl=ttl, prefix=prefix)
+        assert lock.acquire()
+        beats = beat.beats
+        wait_for(lambda b=beats: beat.beats >= b + 4, timeout=20, message="four beats")
+        assert lock.owned()
+        holder = lock.holders()
+        assert [h.owner for h in holder] == [lock.lease.owner]  # type: ignore[union-attr]
+        assert holder[0].expires_in > 0
+        lock.release()
 
 
 def test_acquire_release_loop_wakes_the_sleeping_renewer_once(
-    redis_client: Any, prefix: str, monkeypatch: Any
+    redis_client: Any, prefix: str, own_renewer: Heartbeat, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Once asleep (idle longer than IDLE_TICKING), the renewer is woken by the
     # next add() and must then keep ticking: a loop of acquire/release must
-    # not wake it at every acquire (a thread switch each time).  A renewer of
-    # its own, so that leases other tests left in this process do not keep it
-    # awake.
-    from celery_redislock import heartbeat, leaseset
-
-    beat = heartbeat.Heartbeat()
-    monkeypatch.setattr(leaseset, "HEARTBEAT", beat)
+    # not wake it at every acquire (a thread switch each time).
+    beat = own_renewer
     monkeypatch.setattr(heartbeat, "IDLE_TICKING", 1.0)
-    try:
-        lock = RedisLock(redis_client, "wake-once", ttl=5, prefix=prefix)
+    lock = RedisLock(redis_client, "wake-once", ttl=5, prefix=prefix)
+    assert lock.acquire()
+    lock.release()
+    wait_for(lambda: beat._scheduled_ttl == float("inf"), timeout=10, message="asleep")
+    wakes = []
+    notify_all = beat._cond.notify_all
+    monkeypatch.setattr(beat._cond, "notify_all", lambda: (wakes.append(1), notify_all()))
+    for _ in range(100):
         assert lock.acquire()
         lock.release()
-        wait_for(lambda: beat._scheduled_ttl == float("inf"), timeout=10, message="asleep")
-        wakes = []
-        notify_all = beat._cond.notify_all
-        monkeypatch.setattr(beat._cond, "notify_all", lambda: (wakes.append(1), notify_all()))
-        for _ in range(100):
-            assert lock.acquire()
-            lock.release()
-        assert len(wakes) == 1
-    finally:
-        beat.stop()
+    assert len(wakes) == 1
 
 
 def test_forked_child_does_not_renew_parent_leases(redis_client: Any, prefix: str) -> None:

@@ -23,15 +23,15 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
-from celery.signals import worker_ready
 
 from celery_redislock import LockedTask, SemaphoreTask, signals
+
+from . import write_pid_when_ready
 
 ENV_PREFIX = "REDISLOCK_TEST_"
 
@@ -277,9 +277,4 @@ def create_app(config: dict[str, str]) -> Celery:
 
 if os.environ.get(ENV_PREFIX + "PREFIX"):
     app = create_app(config_from_env())
-
-    @worker_ready.connect(weak=False)
-    def _ready(**_: Any) -> None:
-        path = os.environ.get(ENV_PREFIX + "READY_FILE")
-        if path:
-            Path(path).write_text(str(os.getpid()))
+    write_pid_when_ready(ENV_PREFIX + "READY_FILE")
