@@ -3,8 +3,8 @@
 Starts a throwaway redis-server (or uses ``REDIS_URL``) so every contender
 runs against the same server in one run.  Writes ``results.json``,
 ``chart.png`` and ``README.md`` (the tables) under ``--out``; a full run of
-every part into the default directory also refreshes the tables in the
-project README's benchmarks section.
+every part into the default directory also refreshes the tables in
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from celery_redislock.devserver import redis_url
+from celery_redislock.servers import redis_url
 
-from . import celery_bench, common, locks, machine, market, report, semaphores
+from . import celery_bench, common, locks, machine, market, park_bench, report, semaphores
 
-PARTS = ("locks", "semaphores", "market", "celery")
+PARTS = ("locks", "semaphores", "market", "celery", "backlog")
 HERE = Path(__file__).resolve().parent
 
 
@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         if "celery" in args.only:
             cp = celery_bench.QUICK if args.quick else celery_bench.CeleryParams()
             results["celery"] = celery_bench.run(url, cp, log)
+        if "backlog" in args.only:
+            bp = park_bench.QUICK if args.quick else park_bench.BacklogParams()
+            results["backlog"] = park_bench.run(url, bp, log)
     results["elapsed_s"] = time.monotonic() - started
 
     out.mkdir(parents=True, exist_ok=True)
@@ -66,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     report.chart(results, out / "chart.png")
     print(text)
     full = not args.quick and set(args.only) == set(PARTS) and args.out is None
-    if full and report.update_readme(HERE.parent / "README.md", text):
-        log("updated the benchmarks section of README.md")
+    if full and report.update_results_page(HERE.parent / "docs" / "benchmarks.md", text):
+        log("updated the tables in docs/benchmarks.md")
     log(f"wrote {out}/results.json, README.md, chart.png in {results['elapsed_s']:.0f} s")
     return 0
 

@@ -14,9 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,6 +23,7 @@ from typing import Any
 from celery_redislock import HEARTBEAT, RedisLock
 
 from . import common
+from .worker import Worker, wait
 
 ROOT = Path(__file__).resolve().parent.parent
 # A plain task that also makes two bare round trips (PING) to Redis: what any
@@ -51,54 +49,6 @@ TINY = CeleryParams(
     runs=1, tasks=20, heartbeat_leases=10, heartbeat_ttl=0.6, heartbeat_window=1.0,
     crash_give_up=10.0, peers_crash=False,
 )  # fmt: skip
-
-
-class Worker:
-    """One ``celery worker`` subprocess in its own session; ``stop()`` kills the group."""
-
-    def __init__(self, url: str, queues: str, concurrency: int) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="bench-celery-"))
-        self.ready = self.dir / "ready"
-        self.log = self.dir / "worker.log"
-        self.name = f"bench{os.getpid()}@localhost"
-        env = {**os.environ, "BENCH_REDIS_URL": url, "BENCH_READY_FILE": str(self.ready)}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        cmd = [
-            sys.executable, "-m", "celery", "-A", "benchmarks.celery_app", "worker",
-            "-P", "prefork", "-c", str(concurrency), "-Q", queues, "-n", self.name,
-            "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "warning",
-        ]  # fmt: skip
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.ready.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"celery worker did not start:\n{self.tail()}")
-            time.sleep(0.05)
-
-    def tail(self) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
-        return ""
-
-    def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            self.proc.wait(10)
-
-
-def _wait(condition: Any, timeout: float, what: str, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 # -- throughput -----------------------------------------------------------------
@@ -137,7 +87,7 @@ def _throughput_run(
     common.reset_stats(admin)
     redis_cpu, worker_cpu = common.server_cpu(admin), _worker_cpu(worker.proc.pid)
     celery_app.control.add_consumer(queue, destination=[worker.name], reply=True, timeout=10)
-    _wait(lambda: admin.get(counter + ":last") is not None, 300, f"{n} {task.name} tasks")
+    wait(lambda: admin.get(counter + ":last") is not None, 300, f"{n} {task.name} tasks")
     redis_cpu = common.server_cpu(admin) - redis_cpu
     worker_after = _worker_cpu(worker.proc.pid)
     calls = common.command_calls(admin)
@@ -174,10 +124,10 @@ def heartbeat_cost(url: str, params: CeleryParams, admin: Any) -> dict[str, Any]
         # so every renewal call in the window belongs to a counted beat.
         k = max(1, round(params.heartbeat_window / (params.heartbeat_ttl / 3)))
         first = HEARTBEAT.beats
-        _wait(lambda: HEARTBEAT.beats > first, 3 * params.heartbeat_ttl, "a heartbeat", 0.002)
+        wait(lambda: HEARTBEAT.beats > first, 3 * params.heartbeat_ttl, "a heartbeat", 0.002)
         common.reset_stats(admin)
         sent0, beats0, started = common.sent_commands(), HEARTBEAT.beats, time.monotonic()
-        _wait(lambda: HEARTBEAT.beats >= beats0 + k, 3 * params.heartbeat_window, "heartbeats",
+        wait(lambda: HEARTBEAT.beats >= beats0 + k, 3 * params.heartbeat_window, "heartbeats",
               0.002)  # fmt: skip
         calls = common.command_calls(admin)
         sent, beats = common.sent_commands() - sent0, HEARTBEAT.beats - beats0
@@ -213,7 +163,7 @@ def _crash(
     pid_key = f"bench:crashpid:{arg}"
     admin.delete(pid_key)
     task.apply_async((arg,), queue="crash")
-    _wait(lambda: admin.get(pid_key) is not None and held(), 60, f"{task.name} to start")
+    wait(lambda: admin.get(pid_key) is not None and held(), 60, f"{task.name} to start")
     child = int(admin.get(pid_key))
     os.kill(child, signal.SIGKILL)
     killed = time.monotonic()
@@ -304,7 +254,7 @@ def run(url: str, params: CeleryParams, log: Any = print) -> dict[str, Any]:
     }
     log("  celery: heartbeat cost")
     results["heartbeat"] = heartbeat_cost(url, params, admin)
-    worker = Worker(url, "ctl,crash", params.concurrency)
+    worker = Worker("benchmarks.celery_app", url, "ctl,crash", params.concurrency)
     try:
         worker.wait_ready()
         variants = {

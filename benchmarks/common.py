@@ -6,6 +6,7 @@ Nothing here measures anything by itself.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import queue
@@ -168,10 +169,14 @@ def _serve(index: int, inbox: Any, outbox: Any, lock: Any, values: Any) -> None:
             outbox.put((index, False, traceback.format_exc()))
 
 
-def _ready() -> int:
-    from . import locks, market, semaphores  # noqa: F401
-
+def _ready(*modules: str) -> int:
+    for module in modules:
+        importlib.import_module(module)
     return os.getpid()
+
+
+#: what every fleet process imports before its first synchronised start
+SCENARIO_MODULES = ("benchmarks.locks", "benchmarks.market", "benchmarks.semaphores")
 
 
 class Fleet:
@@ -194,7 +199,7 @@ class Fleet:
             proc.start()
         # Wait until every worker has imported the benchmark modules, so that
         # synchronised starts are not eaten by interpreter start-up.
-        self.run(_ready, [()] * n, timeout=300)
+        self.run(_ready, [SCENARIO_MODULES] * n, timeout=300)
 
     @property
     def size(self) -> int:

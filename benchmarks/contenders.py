@@ -17,7 +17,7 @@ import redis
 
 from celery_redislock import FairSemaphore, RedisLock
 
-from . import seeds
+from . import redis_in_action
 
 TTL = 30
 
@@ -95,24 +95,27 @@ class Pottery:
         self.lock.release()
 
 
-class Seed:
-    """Seed 000: ``acquire_lock_with_timeout`` (SETNX, EXPIRE, 1 ms poll) + ``release_lock``."""
+class BookLock:
+    """Redis in Action 6.2: ``acquire_lock_with_timeout`` + ``release_lock``.
+
+    SETNX, then EXPIRE, polling every 1 ms.
+    """
 
     def __init__(self, conn: redis.Redis, name: str, ttl: float | None = TTL) -> None:
         self.conn = conn
-        self.name = "seed:" + name
+        self.name = "book:" + name
         self.identifier = ""
         self.options = {"lock_timeout": ttl} if ttl else {}
 
     def acquire(self) -> None:
-        while True:  # the seed gives up after acquire_timeout (10 s); we ask again
-            got = seeds.acquire_lock_with_timeout(self.conn, self.name, **self.options)
+        while True:  # the book's version gives up after acquire_timeout (10 s); we ask again
+            got = redis_in_action.acquire_lock_with_timeout(self.conn, self.name, **self.options)
             if got:
                 self.identifier = str(got)
                 return
 
     def release(self) -> None:
-        seeds.release_lock(self.conn, self.name, self.identifier)
+        redis_in_action.release_lock(self.conn, self.name, self.identifier)
 
 
 OURS = "celery-redislock RedisLock"
@@ -121,7 +124,7 @@ LOCKS: dict[str, type[Lock]] = {
     "redis-py Lock": RedisPy,
     "python-redis-lock": PythonRedisLock,
     "pottery Redlock (1 master)": Pottery,
-    "seed acquire_lock_with_timeout": Seed,
+    "Redis in Action acquire_lock_with_timeout": BookLock,
 }
 
 
@@ -155,12 +158,12 @@ class OursSemaphoreBlocking(OursSemaphore):
     blocking = True
 
 
-class _SeedSemaphore:
+class _BookSemaphore:
     acquire_func: Any = None
     release_func: Any = None
 
     def __init__(self, conn: redis.Redis, name: str, limit: int) -> None:
-        self.conn, self.name, self.limit = conn, "seedsem:" + name, limit
+        self.conn, self.name, self.limit = conn, "booksem:" + name, limit
         self.identifier: str | None = None
 
     def acquire(self) -> bool:
@@ -172,30 +175,30 @@ class _SeedSemaphore:
         return bool(type(self).release_func(self.conn, self.name, self.identifier))
 
 
-class SeedBasic(_SeedSemaphore):
-    acquire_func = staticmethod(seeds.acquire_semaphore)
-    release_func = staticmethod(seeds.release_semaphore)
+class BookBasicSemaphore(_BookSemaphore):
+    acquire_func = staticmethod(redis_in_action.acquire_semaphore)
+    release_func = staticmethod(redis_in_action.release_semaphore)
 
 
-class SeedFair(_SeedSemaphore):
-    acquire_func = staticmethod(seeds.acquire_fair_semaphore)
-    release_func = staticmethod(seeds.release_fair_semaphore)
+class BookFairSemaphore(_BookSemaphore):
+    acquire_func = staticmethod(redis_in_action.acquire_fair_semaphore)
+    release_func = staticmethod(redis_in_action.release_fair_semaphore)
 
 
-class SeedWithLock(_SeedSemaphore):
-    acquire_func = staticmethod(seeds.acquire_semaphore_with_lock)
-    release_func = staticmethod(seeds.release_fair_semaphore)
+class BookSemaphoreWithLock(_BookSemaphore):
+    acquire_func = staticmethod(redis_in_action.acquire_semaphore_with_lock)
+    release_func = staticmethod(redis_in_action.release_fair_semaphore)
 
 
 OURS_SEM = "celery-redislock FairSemaphore"
 OURS_SEM_BLOCKING = "celery-redislock FairSemaphore (blocking, FIFO)"
-SEED_WITH_LOCK = "seed acquire_semaphore_with_lock"
+BOOK_WITH_LOCK = "Redis in Action acquire_semaphore_with_lock"
 SEMAPHORES: dict[str, Callable[[redis.Redis, str, int], Semaphore]] = {
     OURS_SEM: OursSemaphore,
     OURS_SEM_BLOCKING: OursSemaphoreBlocking,
-    "seed acquire_semaphore": SeedBasic,
-    "seed acquire_fair_semaphore": SeedFair,
-    SEED_WITH_LOCK: SeedWithLock,
+    "Redis in Action acquire_semaphore": BookBasicSemaphore,
+    "Redis in Action acquire_fair_semaphore": BookFairSemaphore,
+    BOOK_WITH_LOCK: BookSemaphoreWithLock,
 }
 
 

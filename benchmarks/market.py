@@ -1,22 +1,22 @@
-"""Part 3: the market simulation of seed 000 (tables 1-3), plus our lock.
+"""Part 3: the market simulation of Redis in Action 6.2 (tables 1-3), plus our lock.
 
 Sellers put items into their inventory and list them into the market ZSET;
 buyers pick one of the ten cheapest listed items at random and buy it.  Four
 ways to keep that correct:
 
-* ``WATCH``: the seed's ``list_item`` / ``purchase_item`` (optimistic; a
+* ``WATCH``: the book's ``list_item`` / ``purchase_item`` (optimistic; a
   WatchError is a purchase retry);
-* ``coarse lock (seed)``: ``purchase_item_with_lock`` with the seed's
+* ``coarse lock (Redis in Action)``: ``purchase_item_with_lock`` with the book's
   ``acquire_lock('market:')`` / ``release_lock`` (SETNX, 1 ms polling);
-* ``fine lock (seed)``: the same, locking only the item;
+* ``fine lock (Redis in Action)``: the same, locking only the item;
 * ``fine lock (celery-redislock)``: the same, with our ``RedisLock`` on the item.
 
-The seed does not print its simulation driver, so ours is the simplest one
+The book does not print its simulation driver, so ours is the simplest one
 that matches its text: listing takes the same lock as buying in the lock
-modes (the seed's listed counts drop when the lock is added); a purchase
-that finds its item already sold returns, as in the seed; an acquire that
+modes (Redis in Action's listed counts drop when the lock is added); a purchase
+that finds its item already sold returns, as in the book; an acquire that
 times out (10 s) counts as a retry.  Average wait = time buyers spent in
-purchase calls / items bought.  Runs are shorter than the seed's 60 s.
+purchase calls / items bought.  Runs are shorter than Redis in Action's 60 s.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import redis
 
 from celery_redislock import RedisLock
 
-from . import common, seeds
+from . import common, redis_in_action
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ QUICK = MarketParams(runs=1, seconds=0.7)
 TINY = MarketParams(runs=1, seconds=0.3, configs=((1, 1), (2, 2)), margin=0.3)
 
 WATCH = "WATCH/MULTI"
-COARSE = "coarse lock (seed)"
-FINE = "fine lock (seed)"
+COARSE = "coarse lock (Redis in Action)"
+FINE = "fine lock (Redis in Action)"
 OURS = "fine lock (celery-redislock)"
 MODES = (WATCH, COARSE, FINE, OURS)
 
@@ -72,14 +72,14 @@ class Keys:
 Locker = Callable[[redis.Redis, str], Any]
 
 
-def _with_seed_lock(conn: redis.Redis, lockname: str, action: Callable[[], Any]) -> Any:
-    identifier = seeds.acquire_lock(conn, lockname)
+def _with_book_lock(conn: redis.Redis, lockname: str, action: Callable[[], Any]) -> Any:
+    identifier = redis_in_action.acquire_lock(conn, lockname)
     if not identifier:
         raise Retry
     try:
         return action()
     finally:
-        seeds.release_lock(conn, lockname, str(identifier))
+        redis_in_action.release_lock(conn, lockname, str(identifier))
 
 
 def _with_our_lock(conn: redis.Redis, lockname: str, action: Callable[[], Any]) -> Any:
@@ -92,11 +92,11 @@ def _with_our_lock(conn: redis.Redis, lockname: str, action: Callable[[], Any]) 
         lock.release()
 
 
-# -- the seed's operations ------------------------------------------------------
+# -- Redis in Action's operations ------------------------------------------------------
 
 
 def list_item_watch(conn: redis.Redis, k: Keys, itemid: str, sellerid: str, price: int) -> Any:
-    """Seed listing 6 (with the book's 5 s retry loop)."""
+    """Redis in Action listing 6 (with the book's 5 s retry loop)."""
     inv = k.inventory(sellerid)
     item = f"{itemid}.{sellerid}"
     end = time.time() + 5
@@ -120,7 +120,7 @@ def list_item_watch(conn: redis.Redis, k: Keys, itemid: str, sellerid: str, pric
 def purchase_item_watch(
     conn: redis.Redis, k: Keys, buyerid: str, itemid: str, sellerid: str, lprice: float
 ) -> tuple[Any, int]:
-    """Seed listing 7 (with the book's 10 s retry loop); returns (result, retries)."""
+    """Redis in Action listing 7 (with the book's 10 s retry loop); returns (result, retries)."""
     buyer, seller = k.user(buyerid), k.user(sellerid)
     item = f"{itemid}.{sellerid}"
     inventory = k.inventory(buyerid)
@@ -172,7 +172,7 @@ def purchase_item_locked(
     conn: redis.Redis, k: Keys, buyerid: str, itemid: str, sellerid: str, lockname: str,
     with_lock: Any,
 ) -> Any:  # fmt: skip
-    """Seed listing 9 (``purchase_item_with_lock``) with the lock passed in."""
+    """Redis in Action listing 9 (``purchase_item_with_lock``) with the lock passed in."""
     buyer, seller = k.user(buyerid), k.user(sellerid)
     item = f"{itemid}.{sellerid}"
     inventory = k.inventory(buyerid)
@@ -199,7 +199,7 @@ def _lockname(mode: str, k: Keys, item: str) -> str:
 
 
 def _with_lock(mode: str) -> Any:
-    return _with_our_lock if mode == OURS else _with_seed_lock
+    return _with_our_lock if mode == OURS else _with_book_lock
 
 
 # -- fleet workers ----------------------------------------------------------------

@@ -30,10 +30,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery_redislock import RedisLock
-from celery_redislock.connection import client_from_url
-from celery_redislock.devengines import LocalCluster
-from celery_redislock.devserver import RedisServer
-from celery_redislock.heartbeat import refresh_leases
+from celery_redislock.core.connection import client_from_url
+from celery_redislock.core.heartbeat import refresh_leases
+from celery_redislock.servers import RedisServer
+from devtools.engines import LocalCluster
 
 NAMES_PER_PROCESS = 64
 

@@ -2,7 +2,7 @@
 
 Each client loops: one acquire attempt; on success it counts itself in, in a
 cross-process counter (fleet lock), holds ``hold`` seconds, counts itself out
-and releases; on refusal it sleeps 1 ms (the seeds' polling interval) and
+and releases; on refusal it sleeps 1 ms (the book's polling interval) and
 tries again.  Counting in happens after acquire returns and counting out
 before release starts, so the counter never exceeds the number of clients
 that *believe* they hold a slot at once: any maximum above ``limit`` is a

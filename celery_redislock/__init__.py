@@ -5,8 +5,9 @@ Celery; the task base classes (:class:`LockedTask`, :class:`SemaphoreTask`)
 build on them.
 """
 
+from . import request as _request  # noqa: F401  (its worker_init check must be connected)
 from . import signals
-from .errors import (
+from .core.errors import (
     AcquireTimeout,
     LockContended,
     LockError,
@@ -14,13 +15,14 @@ from .errors import (
     NotOwned,
     NotReplicated,
 )
-from .fencing import FencedResource, StaleToken
-from .heartbeat import HEARTBEAT
-from .lease import Lease
-from .leaseset import Holder, Waiter
-from .lock import RedisLock
-from .semaphore import FairSemaphore
-from .task import SKIPPED, LockedTask, SemaphoreTask
+from .core.fencing import FencedResource, StaleToken
+from .core.heartbeat import HEARTBEAT
+from .core.lease import Lease
+from .core.leaseset import Holder, Waiter
+from .core.lock import RedisLock
+from .core.semaphore import FairSemaphore
+from .policies import SKIPPED
+from .task import LockedTask, SemaphoreTask
 
 __all__ = [
     "HEARTBEAT",

@@ -10,7 +10,13 @@ point, so it reads the same app configuration as the workers::
     celery -A proj redislock release report:42 --owner <owner> --force
 
 The Redis and key prefix are the app's ``redislock_url`` (default: its Redis
-broker) and ``redislock_prefix``; ``--url`` and ``--prefix`` override them.
+broker) and ``redislock_prefix``; ``--url``, ``--prefix`` and
+``--master-name`` (for a ``sentinel://`` URL) override them, given before or
+after the sub-command.
+
+Every mistake (bad URL or option, unknown name, Redis refusing) is one line
+on stderr naming what was wrong, password masked, exit status 2; a Redis,
+Cluster or Sentinel that cannot be reached is one line and exit status 1.
 Listing uses SCAN (never KEYS), so it is safe on a large production keyspace.
 
 ``release`` frees the slot in Redis (handing it to the next waiter); it does
@@ -21,22 +27,21 @@ if it must not go on.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from .config import settings_from_app
-from .connection import client_from_url
-from .inspection import (
+from . import parking
+from .core.connection import client_from_url, redact
+from .core.inspection import (
     LeaseSetState,
     Snapshot,
     force_release,
@@ -44,7 +49,9 @@ from .inspection import (
     snapshot,
     task_id_of,
 )
-from .keys import LeaseKeys, validate_prefix
+from .core.keys import LeaseKeys, validate_prefix
+from .diagnose import diagnose, one_line
+from .settings import Settings, settings_from_app
 
 __all__ = ["redislock"]
 
@@ -57,6 +64,8 @@ class Target:
     url: str
     prefix: str
     app: Any = None
+    #: where the URL came from, e.g. "setting redislock_url" or "option --url"
+    origin: str = "option --url"
 
     def with_limits(self, states: Iterable[LeaseSetState]) -> list[LeaseSetState]:
         """``states`` with the limit their task classes declare, when the app has them."""
@@ -70,21 +79,118 @@ class Target:
     def declared_limit(self, state: LeaseSetState) -> int | None:
         tasks = getattr(self.app, "tasks", None) or {}
         for name in state.task_names:
-            limit_of = getattr(tasks.get(name), "_redislock_limit", None)
+            limit_of = getattr(tasks.get(name), "redislock_limit", None)
             if callable(limit_of):
                 with suppress(Exception):
                     return int(limit_of())
         return None
 
 
-@click.group(name="redislock")
-@click.option("--url", help="Redis URL of the locks (default: the app's redislock_url or broker).")
-@click.option("--prefix", help="Key prefix (default: the app's redislock_prefix).")
+class Mistake(click.ClickException):
+    """A user mistake: one line on stderr, exit status 2."""
+
+    exit_code = 2
+
+
+class Unreachable(click.ClickException):
+    """Redis (or its Cluster or Sentinels) cannot be reached: one line, exit status 1."""
+
+    exit_code = 1
+
+
+class _OneLineCommand(click.Command):
+    """Reports a bad option or argument in one line (no usage block)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise Mistake(f"{exc.format_message()} (see `{ctx.command_path} --help`)") from None
+
+
+class _OneLineGroup(click.Group):
+    command_class = _OneLineCommand
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise Mistake(f"{exc.format_message()} (see `{ctx.command_path} --help`)") from None
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            raise Mistake(f"{exc.format_message()} (see `{ctx.command_path} --help`)") from None
+
+
+@dataclass(frozen=True)
+class _Given:
+    """What the group level was given; the sub-command resolves the :class:`Target`."""
+
+    app: Any
+    url: str | None
+    prefix: str | None
+    master_name: str | None
+
+
+_URL_HELP = (
+    "Redis URL of the locks (default: the app's redislock_url or broker); "
+    "before or after the sub-command."
+)
+_PREFIX_HELP = "Key prefix (default: the app's redislock_prefix)."
+_MASTER_HELP = (
+    "Sentinel master name for a sentinel:// --url (default: master_name of the app's "
+    "redislock_transport_options or broker_transport_options)."
+)
+
+
+def _connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds --url/--prefix/--master-name to a sub-command and passes it the Target."""
+
+    @click.option("--url", help=_URL_HELP)
+    @click.option("--prefix", help=_PREFIX_HELP)
+    @click.option("--master-name", help=_MASTER_HELP)
+    @click.pass_context
+    @functools.wraps(command)
+    def wrapper(
+        ctx: click.Context,
+        /,
+        *args: Any,
+        url: str | None,
+        prefix: str | None,
+        master_name: str | None,
+        **kwargs: Any,
+    ) -> Any:
+        given = ctx.obj if isinstance(ctx.obj, _Given) else _Given(None, None, None, None)
+        target = _target(
+            given.app,
+            _one("--url", given.url, url),
+            _one("--prefix", given.prefix, prefix),
+            _one("--master-name", given.master_name, master_name),
+        )
+        return command(target, *args, **kwargs)
+
+    return wrapper
+
+
+@click.group(name="redislock", cls=_OneLineGroup)
+@click.option("--url", help=_URL_HELP)
+@click.option("--prefix", help=_PREFIX_HELP)
+@click.option("--master-name", help=_MASTER_HELP)
 @click.pass_context
-def redislock(ctx: click.Context, /, url: str | None, prefix: str | None, **_: Any) -> None:
+def redislock(
+    ctx: click.Context,
+    /,
+    url: str | None,
+    prefix: str | None,
+    master_name: str | None,
+    **_: Any,
+) -> None:
     """Inspect and release celery-redislock locks and semaphores."""
-    app = getattr(ctx.obj, "app", None)
-    ctx.obj = _target(app, url, prefix)
+    ctx.obj = _Given(getattr(ctx.obj, "app", None), url, prefix, master_name)
 
 
 @redislock.command()
@@ -98,16 +204,51 @@ def redislock(ctx: click.Context, /, url: str | None, prefix: str | None, **_: A
     type=click.IntRange(min=0),
     help="Waiters listed per name in text output (--json lists all).",
 )
-@click.pass_obj
+@_connection_options
 def status(target: Target, as_json: bool, match: str, max_waiters: int) -> None:
     """List held locks and semaphores: holders, fencing tokens, ages, waiters."""
     with _redis_errors(target):
         snap = snapshot(target.client, target.prefix, match)
+        parked = [r for r in parking.status(target.client, target.prefix)
+                  if fnmatch.fnmatchcase(r.name, match)]  # fmt: skip
     snap = replace(snap, lease_sets=tuple(target.with_limits(snap.lease_sets)))
     if as_json:
-        click.echo(json.dumps({"url": target.url, **snap.as_dict()}, indent=2, sort_keys=True))
+        body = {"url": target.url, **snap.as_dict(), "parked": [vars(r) for r in parked]}
+        click.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
     else:
         click.echo(_format_snapshot(snap, target.url, max_waiters))
+        for line in _format_parked(parked):
+            click.echo(line)
+
+
+@redislock.command(name="parked")
+@click.argument("names", nargs=-1)
+@click.option("--list", "count", default=0, type=click.IntRange(min=0), help="List N per name.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_connection_options
+def parked(target: Target, names: tuple[str, ...], count: int, as_json: bool) -> None:
+    """Parked tasks (policy park) per name: count, oldest age, in flight, overdue."""
+    with _redis_errors(target):
+        rows = parking.status(target.client, target.prefix, list(names) or None, count=count)
+    if as_json:
+        click.echo(json.dumps([vars(r) for r in rows], indent=2, sort_keys=True, default=str))
+    else:
+        click.echo("\n".join(_format_parked(rows, entries=True)) or "no parked tasks")
+
+
+@redislock.command(name="discard-parked")
+@click.argument("name")
+@click.option("--task-id", "task_ids", multiple=True, help="Only this task; repeatable.")
+@click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
+@_connection_options
+def discard_parked(target: Target, name: str, task_ids: tuple[str, ...], force: bool) -> None:
+    """Discard the parked tasks of NAME (they never run; marked REVOKED)."""
+    what = ", ".join(task_ids) if task_ids else "all parked tasks"
+    if not force:
+        click.confirm(f"discard {what} of {name!r}?", abort=True)
+    with _redis_errors(target):
+        removed = parking.discard(target.client, target.prefix, name, task_ids, app=target.app)
+    click.echo(f"discarded {removed} task(s) of {name!r}")
 
 
 @redislock.command()
@@ -120,7 +261,7 @@ def status(target: Target, as_json: bool, match: str, max_waiters: int) -> None:
 )
 @click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_obj
+@_connection_options
 def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_json: bool) -> None:
     """Force-release the lock or semaphore NAME (exact name, or its full key).
 
@@ -135,17 +276,17 @@ def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_
         with _redis_errors(target):
             state = inspect_names(target.client, prefix, [name])[0]
     except (TypeError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="NAME") from exc
+        raise Mistake(f"bad NAME {name!r}: {exc}") from None
     if not state.holders:
         queued = f" ({len(state.waiters)} waiting)" if state.waiters else ""
-        raise click.ClickException(
+        raise Mistake(
             f"unknown key: nothing holds {name!r} under prefix {prefix!r} on "
             f"{target.url}{queued}; `celery redislock status` lists what is held"
         )
     chosen = [h for h in state.holders if not owners or h.owner in owners]
     missing = sorted(set(owners) - {h.owner for h in state.holders})
     if missing:
-        raise click.ClickException(
+        raise Mistake(
             f"not a current holder of {name!r}: {', '.join(missing)} "
             f"(holders: {', '.join(h.owner for h in state.holders)})"
         )
@@ -179,57 +320,62 @@ def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_
 # -- helpers ------------------------------------------------------------------
 
 
-def _target(app: Any, url: str | None, prefix: str | None) -> Target:
-    if url is None:
-        if app is None or getattr(app, "main", None) == "default":
-            # Celery's fallback app: no -A was given.
-            raise click.UsageError(
-                "no Celery app given: run `celery -A yourproject redislock ...` "
-                "(or give the Redis with --url redis://host:6379/0)"
-            )
-        try:
-            settings = settings_from_app(app)
-        except (TypeError, ValueError) as exc:
-            raise click.UsageError(
-                f"{exc}.  Pass your app with -A (e.g. `celery -A proj redislock status`) "
-                "or a Redis with --url redis://host:6379/0"
-            ) from exc
-        url = settings.url
-        options = dict(settings.transport_options)
-        prefix = prefix or settings.prefix
-    else:
-        options = {}
-        if prefix is None and app is not None:
-            prefix = app.conf.get("redislock_prefix")
+def _one(option: str, before: str | None, after: str | None) -> str | None:
+    """The value of an option given before and/or after the sub-command."""
+    if before is not None and after is not None and before != after:
+        raise Mistake(f"{option} given twice with different values: {before!r} and {after!r}")
+    return after if after is not None else before
+
+
+def _target(app: Any, url: str | None, prefix: str | None, master_name: str | None) -> Target:
+    no_app = app is None or getattr(app, "main", None) == "default"  # Celery's fallback app
+    if url is None and no_app:
+        raise Mistake(
+            "no Celery app given: run `celery -A yourproject redislock ...` "
+            "(or give the Redis with --url redis://host:6379/0, before or after the sub-command)"
+        )
     try:
-        prefix = validate_prefix(prefix or "redislock")
-        client = client_from_url(url, options)
+        if app is not None:
+            settings = settings_from_app(app, url)
+        else:
+            assert url is not None
+            settings = Settings(url=url, url_setting="--url")
     except (TypeError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from exc
-    return Target(client, _redact(url), prefix, app)
+        hint = (
+            ".  Pass your app with -A (e.g. `celery -A proj redislock status`) "
+            "or a Redis with --url redis://host:6379/0"
+            if url is None
+            else ""
+        )
+        raise Mistake(one_line(f"{exc}{hint}", 1000)) from None
+    options = dict(settings.transport_options)
+    if master_name is not None:
+        options["master_name"] = master_name
+    shown = redact(settings.url)
+    try:
+        prefix = validate_prefix(prefix or settings.prefix)
+        client = client_from_url(settings.url, options)
+    except (TypeError, ValueError) as exc:
+        raise Mistake(one_line(str(exc), 1000)) from None
+    except (RedisError, RedisClusterException) as exc:  # a cluster client connects when built
+        raise _failure(exc, f"{shown} ({settings.url_origin})", None) from None
+    return Target(client, shown, prefix, app, settings.url_origin)
+
+
+def _failure(exc: BaseException, where: str, client: Any) -> click.ClickException:
+    found = diagnose(exc, where, client)
+    message = found.message
+    if isinstance(exc, ResponseError) and "syntax" in str(exc).lower():
+        message += " (SCAN ... TYPE needs Redis >= 6.0)"
+    return Unreachable(message) if found.unreachable else Mistake(message)
 
 
 @contextmanager
 def _redis_errors(target: Target) -> Iterator[None]:
     try:
         yield
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        raise click.ClickException(f"cannot reach Redis at {target.url}: {exc}") from exc
-    except ResponseError as exc:
-        hint = " (SCAN ... TYPE needs Redis >= 6.0)" if "syntax" in str(exc).lower() else ""
-        raise click.ClickException(f"Redis at {target.url} refused: {exc}{hint}") from exc
-
-
-def _redact(url: str) -> str:
-    """``url`` with its password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except (RedisError, RedisClusterException) as exc:
+        raise _failure(exc, f"{target.url} ({target.origin})", target.client) from None
 
 
 def _who(owner: str, meta: dict[str, Any]) -> str:
@@ -246,6 +392,22 @@ def _seconds(value: float) -> str:
     if value >= 60:
         return f"{value / 60:.1f}m"
     return f"{value:.1f}s"
+
+
+def _format_parked(rows: Iterable[Any], entries: bool = False) -> list[str]:
+    lines = []
+    for r in rows:
+        lines.append(
+            f"{r.name}  [parked]  {r.parked} parked (oldest {_age(r.oldest_age)}), "
+            f"{r.in_flight} promoted not yet arrived, {r.overdue} overdue"
+        )
+        for e in r.entries if entries else ():
+            lines.append(f"  {e['task_id']}  {e['task']}{e['argsrepr'] or ''}  {_age(e['age'])}")
+    return lines
+
+
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
 
 
 def _format_snapshot(snap: Snapshot, url: str, max_waiters: int) -> str:

@@ -34,15 +34,21 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
+from celery.signals import worker_init
 from celery.worker.request import Request
 
-from .task import HEADER_DEDUPE
+from .core.keys import LeaseKeys
+from .core.owners import execution_prefix
+from .core.scripts import REFRESH_PREFIX
+from .options import HEADER_DEDUPE, HEADER_TTL
+from .settings import client_for
 
-__all__ = ["WATCHER", "ChildWatcher", "LockRequest"]
+__all__ = ["WATCHER", "ChildWatcher", "LockRequest", "check_pool"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -60,10 +66,13 @@ def _reason(exc: BaseException) -> str:
 class LockRequest(Request):  # type: ignore[misc]
     """``celery.worker.request.Request`` plus release of a dead child's leases."""
 
+    #: the main process's watcher of children (replaceable, e.g. in a subclass)
+    watcher: ChildWatcher
+
     def on_accepted(self, pid: int, time_accepted: float) -> None:
         super().on_accepted(pid, time_accepted)
         if pid and pid != os.getpid() and hasattr(self.task, "redislock_cleanup"):
-            WATCHER.watch(self)
+            self.watcher.watch(self)
 
     def on_timeout(self, soft: bool, timeout: float) -> None:
         super().on_timeout(soft, timeout)
@@ -124,28 +133,52 @@ class LockRequest(Request):  # type: ignore[misc]
 
 
 class ChildWatcher:
-    """Notices, within ``INTERVAL``, that the child running a guarded task died.
+    """Watches, from the worker's main process, the children running guarded tasks.
 
-    Celery reports a lost child only after ``worker_lost_wait`` (seconds); this
-    thread of the main process polls ``/proc/<pid>`` of each running guarded
-    task instead and starts the clean-up at once.  Entries are dropped when
-    the task is no longer active.  A clean-up for a task that had already
-    finished finds nothing to release (its owners are gone), so it is safe.
+    Two jobs, one thread (``redislock-child-watcher``) polling every ``INTERVAL``:
+
+    * **clean-up**: Celery reports a lost child only after
+      ``worker_lost_wait`` (seconds); this thread polls ``/proc/<pid>`` of each
+      running guarded task instead and starts the clean-up at once;
+    * **renewal**: every ``ttl / 3`` it renews the leases that each live
+      child holds for its running guarded task, with one
+      ``refresh_prefix.lua`` call per lock name (all of that name's watched
+      tasks at once, matched by owner prefix: task id, host, child pid), from
+      a separate I/O thread so that a hanging Redis does not delay the
+      clean-up.  The main process is not blocked by a child's GIL, so a body
+      stuck in one long C call (``sum(range(n))``, a big ``json.dumps``, a
+      regex) keeps its lease.  The child's own heartbeat renews too.
+
+    Entries are dropped, and renewal stops, as soon as the task is no longer
+    active in this worker (it finished, whatever way) or its child exited.
+    Guaranteed: a lease is renewed only while unexpired by Redis time (never
+    revived) and only while its child is alive and its task active here, give
+    or take one renewal already under way (which extends it by one ttl at
+    most).  Not guaranteed: renewal while the main process itself is stopped
+    or Redis unreachable (the lease then expires by its ttl, as always), nor
+    exclusion against a child that is alive but hung: its lease is renewed
+    until the task's time limit kills it, as the child's own heartbeat would.
+    A clean-up for a task that had already finished finds nothing to release
+    (its owners are gone), so it is safe.
     """
 
     INTERVAL = 0.1
+    MIN_INTERVAL = 0.01
 
     def __init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._requests: dict[int, LockRequest] = {}
+        self._requests: dict[int, _Watched] = {}
         self._thread: threading.Thread | None = None
+        self._renewer: _Renewer | None = None
+        self.renewals = 0  # refresh_prefix.lua calls that renewed at least one holder
 
-    def watch(self, request: LockRequest) -> None:
+    def watch(self, request: LockRequest, *, renew: bool = True) -> None:
+        watched = _Watched(request, _renewal_of(request) if renew else None)
         with self._lock:
-            self._requests[id(request)] = request
+            self._requests[id(request)] = watched
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="redislock-child-watcher", daemon=True
@@ -155,27 +188,167 @@ class ChildWatcher:
     def _run(self) -> None:
         from celery.worker import state
 
+        pause = self.INTERVAL
         while True:
-            time.sleep(self.INTERVAL)
+            time.sleep(pause)
             with self._lock:
                 if not self._requests:
                     self._thread = None  # idle: the next watch() starts a new one
                     return
                 entries = list(self._requests.items())
             gone: dict[int, bool] = {}  # one /proc read per child, not per task
-            for key, request in entries:
+            due: list[_Renewal] = []
+            now = time.monotonic()
+            pause = self.INTERVAL
+            for key, watched in entries:
+                request = watched.request
                 pid = request.worker_pid
                 if pid not in gone:
-                    gone[pid] = _process_gone(pid)
-                if gone[pid] or request not in state.active_requests:
+                    gone[pid] = pid != os.getpid() and _process_gone(pid)
+                active = request in state.active_requests
+                if gone[pid] or not active:
                     with self._lock:
                         self._requests.pop(key, None)
-                if gone[pid]:
-                    request._redislock_cleanup("worker lost")
+                    if gone[pid]:
+                        request._redislock_cleanup("worker lost")
+                    continue
+                renewal = watched.renewal
+                if renewal is not None:
+                    if now >= renewal.next_at:
+                        due.append(renewal)
+                    pause = min(pause, max(self.MIN_INTERVAL, renewal.next_at - now))
+            if due:
+                if self._renewer is None:
+                    self._renewer = _Renewer(self)
+                self._renewer.submit(due)
+
+    def _renewed(self) -> None:
+        self.renewals += 1
+
+
+class _Renewal:
+    """What the main process needs to renew one running task's leases."""
+
+    def __init__(self, task: Any, app: Any, name: str, prefix: str, ttl: float) -> None:
+        self.task = task
+        self.app = app
+        self.name = name
+        self.prefix = prefix
+        self.interval = ttl / 3
+        self.next_at = time.monotonic() + self.interval
+
+
+class _Watched:
+    def __init__(self, request: LockRequest, renewal: _Renewal | None) -> None:
+        self.request = request
+        self.renewal = renewal
+
+
+def _renewal_of(request: LockRequest) -> _Renewal | None:
+    """How to renew ``request``'s leases, or None when its name cannot be built."""
+    task = request.task
+    try:
+        name = task.redislock_name(request.args, request.kwargs)
+        ttl = request.request_dict.get(HEADER_TTL) or task._redislock_ttl_option()
+        if ttl is None:
+            ttl = client_for(task.app)[1].default_ttl
+        return _Renewal(
+            task, task.app, name, execution_prefix(request.id, request.worker_pid), float(ttl)
+        )
+    except Exception as exc:  # bad arguments: the body never acquires either
+        log.debug("%s[%s]: no renewal from the main process: %r", task.name, request.id, exc)
+        return None
+
+
+class _Renewer:
+    """Runs the due renewals on one I/O thread, one batch at a time.
+
+    A batch still under way (Redis slow) makes the watcher skip, not queue:
+    the entries stay due and go with the next batch.
+    """
+
+    def __init__(self, watcher: ChildWatcher) -> None:
+        self._watcher = watcher
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="redislock-child-renewer")
+        self._future: Future[None] | None = None
+
+    def submit(self, due: list[_Renewal]) -> None:
+        if self._future is not None and not self._future.done():
+            return
+        now = time.monotonic()
+        for renewal in due:
+            renewal.next_at = now + renewal.interval
+        self._future = self._pool.submit(self._renew, due)
+
+    def _renew(self, due: list[_Renewal]) -> None:
+        groups: dict[tuple[int, str], list[_Renewal]] = {}
+        for renewal in due:
+            groups.setdefault((id(renewal.app), renewal.name), []).append(renewal)
+        for group in groups.values():
+            first = group[0]
+            try:
+                client, settings = client_for(first.app)
+                keys = LeaseKeys(settings.prefix, first.name)
+                renewed, shortest_ms = REFRESH_PREFIX(
+                    client, [keys.holders, keys.info], sorted({r.prefix for r in group})
+                )
+            except Exception as exc:
+                log.warning(
+                    "main process: could not renew the leases on %r of its children "
+                    "(retrying soon; the children renew too): %r",
+                    first.name,
+                    exc,
+                )
+                retry_at = time.monotonic() + self._watcher.INTERVAL
+                for renewal in group:
+                    renewal.next_at = min(renewal.next_at, retry_at)
+                continue
+            if int(renewed):
+                self._watcher._renewed()
+                interval = int(shortest_ms) / 3000
+                for renewal in group:
+                    renewal.interval = min(renewal.interval, interval)
 
 
 WATCHER = ChildWatcher()
 os.register_at_fork(after_in_child=WATCHER._reset)
+LockRequest.watcher = WATCHER
+
+
+def check_pool(worker: Any) -> None:
+    """Refuse (``SystemExit``, one line) a gevent/eventlet worker that runs guarded tasks.
+
+    With monkey-patching, the heartbeat is a greenlet: a body that does not
+    yield for longer than its ttl (a CPU loop, a long C call) stops every
+    renewal and loses its lease while it runs; there is no pool child whose
+    parent could renew it.  Measured in docs/pools.md.  Set
+    ``redislock_allow_green_pool = True`` when every guarded body yields
+    (I/O, ``sleep``) much more often than its ttl.
+    """
+    from celery import concurrency
+
+    from .task import GuardedTask
+
+    app = worker.app
+    pool_cls = concurrency.get_implementation(worker.pool_cls)
+    if not getattr(pool_cls, "is_green", False) or app.conf.get("redislock_allow_green_pool"):
+        return
+    guarded = sorted(n for n, t in app.tasks.items() if isinstance(t, GuardedTask))
+    if guarded:
+        pool = pool_cls.__module__.rsplit(".", 1)[-1]
+        raise SystemExit(
+            f"celery-redislock: the {pool} pool cannot renew leases while a task body "
+            f"runs without yielding ({guarded[0]} ...): use -P prefork (or threads), or set "
+            "redislock_allow_green_pool = True if every guarded body yields well within its ttl"
+        )
+
+
+def _check_pool_at_worker_init(sender: Any = None, **_: Any) -> None:
+    if sender is not None:
+        check_pool(sender)
+
+
+worker_init.connect(_check_pool_at_worker_init, weak=False)
 
 
 def _process_gone(pid: int) -> bool:

@@ -21,6 +21,11 @@ exception in a receiver is logged, never raised into the task.
 ``lock_lost``      the heartbeat found the lease gone while the task ran
                    (sent from the heartbeat thread).  kwargs: ``task_id``,
                    ``name``, ``token``, ``kind``, ``reason``
+``lock_parked``    policy ``park`` stored a task in its name's park list
+                   instead of running or publishing it.  kwargs:
+                   ``task_id``, ``name``, ``kind``, ``where`` (``"enqueue"``
+                   in the caller, ``"arrive"`` in a worker), ``parked``
+                   (park list length after it)
 =================  ===========================================================
 """
 
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 from celery.utils.dispatch import Signal
 
-__all__ = ["lock_acquired", "lock_contended", "lock_lost", "lock_released"]
+__all__ = ["lock_acquired", "lock_contended", "lock_lost", "lock_parked", "lock_released"]
 
 lock_acquired = Signal(
     name="redislock_acquired", providing_args={"task_id", "name", "token", "kind", "waited"}
@@ -42,4 +47,7 @@ lock_released = Signal(
 )
 lock_lost = Signal(
     name="redislock_lost", providing_args={"task_id", "name", "token", "kind", "reason"}
+)
+lock_parked = Signal(
+    name="redislock_parked", providing_args={"task_id", "name", "kind", "where", "parked"}
 )

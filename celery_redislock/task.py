@@ -8,7 +8,7 @@
     @app.task(base=SemaphoreTask, semaphore_key="account:{account_id}", semaphore_limit=5)
     def sync_account(account_id, since=None): ...
 
-What is guaranteed (see the README's "life cycle" for every way a task ends):
+What is guaranteed (docs/lifecycle.md has every way a task ends):
 
 * the body runs only while this execution holds the lease (fail closed:
   Redis unreachable at start means the task fails with the Redis error, it
@@ -18,144 +18,68 @@ What is guaranteed (see the README's "life cycle" for every way a task ends):
   ``autoretry_for`` re-publish the task, so a retry never meets its own lock;
 * when the pool child dies (SIGKILL, hard time limit, revoke with
   ``terminate``) the worker's main process releases what that child held for
-  that task (see :mod:`celery_redislock.request`);
-* a contended task is never silently dropped: ``skip`` leaves state
-  ``SKIPPED`` and a log line, ``retry`` shows ``RETRY``, ``raise`` and an
-  exhausted ``wait`` / ``retry`` fail with :class:`LockContended`.
+  that task (:mod:`celery_redislock.request`);
+* a contended task is never silently dropped: each policy
+  (:mod:`celery_redislock.policies`) ends it in a visible state with a log
+  line and a ``lock_contended`` signal.
+
+Inside the body (``bind=True``), ``self.request.redislock`` is the held
+:class:`RedisLock` / :class:`FairSemaphore` in every execution (worker,
+``apply()``, ``task_always_eager``), and ``None`` in a plain call
+(``refresh_cache(7)``), which runs the body without a lock.
+``semaphore_limit`` may be a callable of the task's arguments, evaluated
+for every run (:mod:`celery_redislock.limits`).
 
 Not guaranteed: exclusion against a body that outlives a *lost* lease (GC
 pause, Redis restart): it is told (``lock_lost`` signal, warning,
 ``self.request.redislock.owned()`` turns False) but keeps running.
+
+``GuardedTask`` only orchestrates; the parts live in ``options`` (checks and
+per-call headers), ``naming`` (key templates), ``dedupe`` (the enqueue
+marker), ``policies`` (contention) and ``release`` (giving leases back).
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import logging
 import os
-import random
-import re
-import sys
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from celery import Task
-from celery.exceptions import Ignore, Retry
-from redis.exceptions import RedisError
+from celery._state import _task_stack
+from celery.exceptions import Retry
+from celery.utils import uuid
+from redis.exceptions import RedisClusterException, RedisError
 
-from . import dedupe, signals
-from .client import client_for
-from .config import Settings
-from .errors import LockContended, LockLost, NotOwned
-from .keybuilder import KeyBuilder, run_signature
-from .lease import Lease
-from .leaseset import _HOSTNAME, LeaseSet, _check_timeout, _check_ttl
-from .lock import RedisLock
-from .semaphore import FairSemaphore
+from . import dedupe, options, signals, workercheck  # noqa: F401 (workercheck: the worker-start check)
+from .core.leaseset import LeaseSet
+from .core.owners import execution_prefix
+from .diagnose import FailedClosed, fail_closed
+from .leases import lease_set_for
+from .limits import SlotLimit
+from .naming import KeyBuilder, keys_of_task_class
+from .policies import POLICIES, Attempt, announce_contended, check_policy, defer_to_earlier_delivery
+from .release import lost_signal, release_dead_child, release_run
 
-__all__ = [
-    "HEADER_DEDUPE",
-    "HEADER_POLICY",
-    "HEADER_REQUEUES",
-    "HEADER_TTL",
-    "HEADER_WAIT_TIMEOUT",
-    "POLICIES",
-    "SKIPPED",
-    "GuardedTask",
-    "LockedTask",
-    "SemaphoreTask",
-    "owner_prefix",
-]
+__all__ = ["GuardedTask", "LockedTask", "SemaphoreTask"]
 
 log = logging.getLogger("celery_redislock")
-
-POLICIES = ("skip", "retry", "wait", "raise")
-SKIPPED = "SKIPPED"
-
-HEADER_POLICY = "redislock_policy"
-HEADER_TTL = "redislock_ttl"
-HEADER_WAIT_TIMEOUT = "redislock_wait_timeout"
-HEADER_DEDUPE = "redislock_dedupe"
-HEADER_REQUEUES = "redislock_requeues"
-
-#: per-call options of ``apply_async`` -> the message header carrying them
-CALL_OPTIONS = {
-    "lock_policy": HEADER_POLICY,
-    "lock_ttl": HEADER_TTL,
-    "semaphore_ttl": HEADER_TTL,
-    "lock_wait_timeout": HEADER_WAIT_TIMEOUT,
-    "lock_dedupe": HEADER_DEDUPE,
-}
-
-_HOST_TAG = f"{zlib.crc32(_HOSTNAME.encode('utf-8')):08x}"
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def _task_tag(task_id: str) -> str:
-    return _UNSAFE.sub("_", str(task_id))[:64] + "."
-
-
-def owner_prefix(task_id: str, pid: int) -> str:
-    """Owner id prefix of the leases one execution holds: task id, host, pid.
-
-    The worker's main process recomputes it from the dead child's pid, so a
-    redelivered execution of the same task id elsewhere is never released.
-    """
-    return f"{_task_tag(task_id)}{_HOST_TAG}.{pid}."
-
-
-def check_policy(policy: object, what: str = "lock_policy") -> str:
-    if policy not in POLICIES:
-        raise ValueError(f"{what} must be one of {', '.join(POLICIES)}; got {policy!r}")
-    return str(policy)
-
-
-def _check_nonneg(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{what} must be a number >= 0, got {value!r}")
-    return float(value)
-
-
-def _header(request: Any, name: str) -> Any:
-    value = getattr(request, name, None)
-    if value is None:
-        value = (getattr(request, "headers", None) or {}).get(name)
-    return value
-
-
-def _delay_of(options: Mapping[str, Any]) -> float:
-    """Seconds until a message sent with these options becomes due."""
-    countdown, eta = options.get("countdown"), options.get("eta")
-    if isinstance(countdown, (int, float)) and countdown > 0:
-        return float(countdown)
-    if isinstance(eta, datetime.datetime):
-        now = datetime.datetime.now(eta.tzinfo or None)
-        return max(0.0, (eta - now).total_seconds())
-    return 0.0
-
-
-def _run_of(cls: type) -> tuple[Any, bool] | None:
-    run = cls.__dict__.get("run")
-    if run is None:
-        return None
-    if isinstance(run, staticmethod):
-        return run.__func__, False
-    return run, True
 
 
 class GuardedTask(Task):  # type: ignore[misc]
     """Shared machinery of :class:`LockedTask` and :class:`SemaphoreTask`."""
 
     Request = "celery_redislock.request:LockRequest"
+    #: a Redis failure at lock time is logged by us in one line: no traceback from Celery
+    throws: tuple[type[BaseException], ...] = (FailedClosed,)
 
     #: lease TTL in seconds; None: ``redislock_default_ttl`` (30 s)
     lock_ttl: float | None = None
     lock_policy: str = "skip"
     #: ``wait`` policy: longest wait before failing with LockContended
-    lock_wait_timeout: float = 60.0
+    lock_wait_timeout: float | None = 60.0
     #: ``retry`` policy: requeue after countdown + uniform(0, jitter) seconds
     lock_retry_countdown: float = 1.0
     lock_retry_jitter: float = 1.0
@@ -168,53 +92,36 @@ class GuardedTask(Task):  # type: ignore[misc]
     _redislock_kind: ClassVar[str] = ""
     _redislock_key_option: ClassVar[str] = ""
     _redislock_keys: ClassVar[KeyBuilder | None] = None
-
-    # -- definition time ----------------------------------------------------
+    _redislock_slots: ClassVar[SlotLimit | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        found = _run_of(cls)
-        if found is not None:
-            cls._redislock_validate(*found)
-
-    @classmethod
-    def _redislock_validate(cls, run: Any, bound_self: bool) -> None:
-        spec = getattr(cls, cls._redislock_key_option, None)
-        if spec is None:
-            raise TypeError(
-                f"task {getattr(cls, 'name', None) or cls.__name__}: {cls.__mro__[1].__name__} "
-                f"needs {cls._redislock_key_option}= (a template or a callable)"
+        keys = keys_of_task_class(cls, cls._redislock_key_option)
+        if keys is not None:  # a task (it defines run): check its options now
+            cls._redislock_keys = keys
+            cls._redislock_slots = SlotLimit(
+                cls._redislock_limit_option(), keys.signature, getattr(cls, "name", cls.__name__)
             )
-        try:
-            signature = run_signature(run, bound_self)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"cannot read the signature of {run!r}: {exc}") from exc
-        cls._redislock_keys = KeyBuilder(spec, signature, cls._redislock_key_option)
-        check_policy(cls.lock_policy)
-        ttl = cls._redislock_ttl_option()
-        if ttl is not None:
-            _check_ttl(ttl, "lock ttl")
-        _check_timeout(cls.lock_wait_timeout, "lock_wait_timeout")
-        _check_nonneg(cls.lock_retry_countdown, "lock_retry_countdown")
-        _check_nonneg(cls.lock_retry_jitter, "lock_retry_jitter")
-        if cls.lock_retry_max is not None and (
-            isinstance(cls.lock_retry_max, bool)
-            or not isinstance(cls.lock_retry_max, int)
-            or cls.lock_retry_max < 0
-        ):
-            raise ValueError(f"lock_retry_max must be an int >= 0 or None: {cls.lock_retry_max!r}")
-        _check_ttl(cls.lock_dedupe_ttl, "lock_dedupe_ttl")
-        cls._redislock_limit()
+            check_policy(cls.lock_policy)
+            options.validate(cls)
 
     @classmethod
     def _redislock_ttl_option(cls) -> float | None:
         return cls.lock_ttl
 
     @classmethod
-    def _redislock_limit(cls) -> int:
+    def _redislock_limit_option(cls) -> object:
         return 1
 
-    # -- names and lease objects ---------------------------------------------
+    def redislock_limit(
+        self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None
+    ) -> int:
+        """The slot limit a call with these arguments uses (1 for a :class:`LockedTask`).
+
+        A callable ``semaphore_limit`` is evaluated now (see :mod:`celery_redislock.limits`).
+        """
+        slots = type(self)._redislock_slots
+        return 1 if slots is None else slots.for_call(args, kwargs)
 
     def redislock_name(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> str:
         """The lock name a call with these arguments uses."""
@@ -228,35 +135,17 @@ class GuardedTask(Task):  # type: ignore[misc]
         name: str,
         *,
         ttl: float | None = None,
+        limit: int | None = None,
         owner_prefix: str = "",
-        settings: Settings | None = None,
-        client: Any = None,
         on_lost: Any = None,
         task_id: str | None = None,
     ) -> LeaseSet:
-        """A lease-set object for ``name`` on the app's Redis (for inspection or holding).
-
-        The holder metadata (shown by ``celery redislock status``) names the
-        task, the task id and the slot limit.
-        """
-        if client is None or settings is None:
-            client, settings = client_for(self.app)
-        ttl = ttl or self._redislock_ttl_option() or settings.default_ttl
-        meta: dict[str, Any] = {"task": self.name, "limit": self._redislock_limit()}
-        if task_id is not None:
-            meta["task_id"] = task_id
-        common: dict[str, Any] = {
-            "ttl": ttl,
-            "prefix": settings.prefix,
-            "owner_prefix": owner_prefix,
-            "on_lost": on_lost,
-            "meta": meta,
-        }
-        if self._redislock_kind == "lock":
-            return RedisLock(client, name, **common)
-        return FairSemaphore(client, name, self._redislock_limit(), **common)
-
-    # -- enqueue ----------------------------------------------------------------
+        """A lease-set object for ``name`` on the app's Redis (for inspection or
+        holding); see :func:`celery_redislock.leases.lease_set_for`."""
+        return lease_set_for(
+            self, name, ttl=ttl, limit=limit, owner_prefix=owner_prefix, on_lost=on_lost,
+            task_id=task_id,
+        )  # fmt: skip
 
     def apply_async(
         self,
@@ -267,77 +156,54 @@ class GuardedTask(Task):  # type: ignore[misc]
         link: Any = None,
         link_error: Any = None,
         shadow: Any = None,
-        **options: Any,
+        **call: Any,
     ) -> Any:
-        """``Task.apply_async`` plus per-call ``lock_policy``, ``lock_ttl``
-        (``semaphore_ttl``), ``lock_wait_timeout`` and ``lock_dedupe``.
+        """``Task.apply_async`` plus the per-call options of :mod:`celery_redislock.options`.
 
-        They travel in message headers, so the worker-side check honours them.
         The lock name is built here too, so bad arguments fail at call time.
         With de-duplication, a call whose key already has a queued or running
         message returns that message's ``AsyncResult`` and publishes nothing.
         """
-        call = {k: options.pop(k) for k in list(options) if k in CALL_OPTIONS}
-        headers = dict(options.pop("headers", None) or {})
-        for option, value in call.items():
-            if option == "lock_policy":
-                check_policy(value)
-            elif option in ("lock_ttl", "semaphore_ttl"):
-                _check_ttl(value, option)
-            elif option == "lock_wait_timeout":
-                _check_timeout(value, option)
-            elif not isinstance(value, bool):
-                raise TypeError(f"lock_dedupe must be a bool, got {value!r}")
-            headers[CALL_OPTIONS[option]] = value
+        headers = options.call_headers(call, check_policy)
         name = self.redislock_name(args, kwargs)
-        use_dedupe = bool(headers.pop(HEADER_DEDUPE, self.lock_dedupe))
-        request = self.request
-        republish = task_id is not None and not request.called_directly and task_id == request.id
-        claimed = False
-        if republish and _header(request, HEADER_DEDUPE):
-            headers[HEADER_DEDUPE] = 1  # a retry or requeue keeps the marker it holds
-        elif use_dedupe and not self.app.conf.task_always_eager:
-            from celery.utils import uuid
-
-            task_id = task_id or uuid()
-            client, settings = client_for(self.app)
-            ttl = self.lock_dedupe_ttl + _delay_of(options)
-            holder = dedupe.claim(client, settings.prefix, name, task_id, ttl)
-            if holder is not None:
-                log.info(
-                    "%s: not enqueued, %r already has message %s queued or running (dedupe)",
-                    self.name,
-                    name,
-                    holder,
-                )
-                signals.lock_contended.send(
-                    sender=self, task_id=task_id, name=name, kind=self._redislock_kind,
-                    policy="dedupe",
-                )  # fmt: skip
-                return self.AsyncResult(holder)
-            claimed = True
-            headers[HEADER_DEDUPE] = 1
+        headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
+        policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or self.lock_policy)]
+        task_id, claimed, holder = dedupe.before_publish(
+            self, name, task_id or uuid(), headers, call
+        )
+        if holder is not None:
+            return self.AsyncResult(holder)
         if headers:
-            options["headers"] = headers
-        try:
-            return super().apply_async(
-                args, kwargs, task_id, producer, link, link_error, shadow, **options
-            )
-        except BaseException:
-            if claimed and task_id is not None:
-                # Not published: give the key back (best effort; else its TTL does).
-                with contextlib.suppress(RedisError):
-                    client, settings = client_for(self.app)
-                    dedupe.clear(client, settings.prefix, name, task_id)
-            raise
+            call["headers"] = headers
 
-    # -- run time -----------------------------------------------------------
+        def send() -> Any:
+            return super(GuardedTask, self).apply_async(
+                args, kwargs, task_id, producer, link, link_error, shadow, **call
+            )
+
+        try:
+            result = policy.publish(self, name, task_id, args, kwargs, call, send)
+        except BaseException:
+            if claimed:
+                dedupe.clear_for(self, task_id, args, kwargs)  # not published: give it back
+            raise
+        if claimed and self.app.conf.task_always_eager:
+            # The eager run (and its eager retries) is over: this task id no
+            # longer has a queued or running message.
+            dedupe.clear_for(self, task_id, args, kwargs)
+        return result
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
         if request.called_directly:
-            # A plain function call (``task(...)``), not an execution: no lock.
-            return super().__call__(*args, **kwargs)
+            # A plain function call: no lock, and ``self.request.redislock`` is None.
+            _task_stack.push(self)
+            self.push_request(args=args, kwargs=kwargs, redislock=None)
+            try:
+                return self.run(*args, **kwargs)
+            finally:
+                self.pop_request()
+                _task_stack.pop()
         # The tracer (worker or apply()) has pushed the request: run the body
         # under the lease, without pushing another request.
         try:
@@ -345,255 +211,88 @@ class GuardedTask(Task):  # type: ignore[misc]
         except Retry:
             raise
         except BaseException:
-            # Skipped, failed by policy, or Redis unreachable: this task id is done.
-            self._redislock_clear_marker(request, args, kwargs)
+            self._redislock_clear_marker(request, args, kwargs)  # this task id is done
             raise
         request.redislock = lease_set
         try:
-            return self.run(*args, **kwargs)
-        finally:
-            exc = sys.exc_info()[1]
-            retrying = isinstance(exc, Retry)
-            self._redislock_exit(request, lease_set, "retry" if retrying else "finished")
-            if not retrying:
-                self._redislock_clear_marker(request, args, kwargs)
+            result = self.run(*args, **kwargs)
+        except Retry:
+            self._redislock_release(request, lease_set, "retry")
+            raise
+        except BaseException:
+            self._redislock_finish(request, lease_set, args, kwargs)
+            raise
+        self._redislock_finish(request, lease_set, args, kwargs)
+        return result
 
-    def retry(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        exc: Any = None,
-        throw: bool = True,
-        eta: Any = None,
-        countdown: Any = None,
-        max_retries: Any = None,
-        **options: Any,
-    ) -> Any:
+    def retry(self, *args: Any, throw: bool = True, **kwargs: Any) -> Any:
         """``Task.retry``, releasing the lease *before* the retry is published.
 
-        So the retried message can never meet this execution's lease.  With
-        ``throw=False`` the body goes on running, so the lease is kept; the
-        retried run finds it held by its own task id and requeues itself until
-        it is free (see "redelivery" in the README).
+        With ``throw=False`` the body goes on running, so the lease is kept;
+        the retried run finds it held by its own task id and requeues itself
+        until it is free (see "redelivery" in docs/lifecycle.md).
         """
         request = self.request
         lease_set = getattr(request, "redislock", None)
         if throw and lease_set is not None and not request.called_directly:
-            self._redislock_exit(request, lease_set, "retry")
-        return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
+            self._redislock_release(request, lease_set, "retry")
+        return super().retry(*args, throw=throw, **kwargs)
 
     def _redislock_enter(self, request: Any, args: Any, kwargs: Any) -> LeaseSet:
         name = self.redislock_name(args, kwargs)
-        kind = self._redislock_kind
-        policy = check_policy(_header(request, HEADER_POLICY) or self.lock_policy)
-        ttl_header = _header(request, HEADER_TTL)
-        ttl = _check_ttl(ttl_header, "lock ttl") if ttl_header is not None else None
-        wait_header = _header(request, HEADER_WAIT_TIMEOUT)
-        wait_timeout = self.lock_wait_timeout if wait_header is None else float(wait_header)
-        task_id = request.id
+        policy = POLICIES[check_policy(options.header(request, options.HEADER_POLICY)
+                                       or self.lock_policy)]  # fmt: skip
+        ttl, wait_timeout = options.run_options(request, self.lock_wait_timeout)
+        limit = self.redislock_limit(args, kwargs)  # per run, before any Redis call
         try:
-            client, settings = client_for(self.app)
             lease_set = self.redislock_leaseset(
-                name,
-                ttl=ttl,
-                owner_prefix=owner_prefix(task_id, os.getpid()),
-                settings=settings,
-                client=client,
-                on_lost=self._redislock_on_lost(task_id),
-                task_id=task_id,
-            )
-            redelivered = bool((request.delivery_info or {}).get("redelivered"))
-            if redelivered or request.retries:
-                tag = _task_tag(task_id)
-                mine = [h for h in lease_set.holders() if h.owner.startswith(tag)]
-                if mine:
-                    # An earlier delivery of this very task id still holds it
-                    # (redelivery after visibility_timeout, or retry(throw=False)).
-                    self._redislock_contended(task_id, name, "redelivered")
-                    delay = min(
-                        max(h.expires_in for h in mine), max(self.lock_retry_countdown, 0.5)
-                    ) + random.uniform(0, self.lock_retry_jitter)
-                    self._redislock_requeue(request, args, kwargs, name, delay, count=False)
-            blocking = policy == "wait" or (policy == "retry" and request.is_eager)
+                name, ttl=ttl, limit=limit, owner_prefix=execution_prefix(request.id, os.getpid()),
+                on_lost=lost_signal(self, request.id), task_id=request.id,
+            )  # fmt: skip
+            attempt = Attempt(self, request, args, kwargs, name, lease_set, wait_timeout)
+            request.redislock_policy = policy
+            defer_to_earlier_delivery(attempt)
             started = time.monotonic()
-            if blocking:
-                acquired = lease_set.acquire(blocking=True, timeout=wait_timeout)
-            else:
-                acquired = lease_set.acquire(blocking=False)
-        except RedisError as exc:
-            log.error(
-                "%s[%s] not run: Redis for lock %r unreachable (fail closed): %r",
-                self.name,
-                task_id,
-                name,
-                exc,
-            )
+            acquired = policy.acquire(attempt)
+        except (RedisError, RedisClusterException) as exc:
+            log.error("%s", fail_closed(self.app, self.name, request.id, name, exc))
             raise
         if acquired:
             signals.lock_acquired.send(
-                sender=self, task_id=task_id, name=name, token=lease_set.token, kind=kind,
-                waited=time.monotonic() - started,
+                sender=self, task_id=request.id, name=name, token=lease_set.token,
+                kind=self._redislock_kind, waited=time.monotonic() - started,
             )  # fmt: skip
             return lease_set
-        self._redislock_contended(task_id, name, policy)
-        if policy == "skip":
-            log.warning(
-                "%s[%s] skipped: %s %r is held (policy skip)", self.name, task_id, kind, name
-            )
-            self.update_state(
-                task_id=task_id, state=SKIPPED, meta={"lock": name, "kind": kind, "policy": "skip"}
-            )
-            raise Ignore()
-        if policy == "retry":
-            countdown = self.lock_retry_countdown + random.uniform(0, self.lock_retry_jitter)
-            self._redislock_requeue(request, args, kwargs, name, countdown, count=True)
-        if policy == "wait":
-            message = f"{kind} {name!r} still held after waiting {wait_timeout} s (policy wait)"
-        else:
-            message = f"{kind} {name!r} is held (policy raise)"
-        log.warning("%s[%s] failed: %s", self.name, task_id, message)
-        raise LockContended(message, name, policy)
+        defer_to_earlier_delivery(attempt, contended=True)
+        announce_contended(attempt, policy.name)
+        policy.contended(attempt)
 
-    def _redislock_requeue(
-        self, request: Any, args: Any, kwargs: Any, name: str, countdown: float, count: bool
-    ) -> None:
-        """Publish this task again (same id) after ``countdown`` and raise ``Retry``.
+    def _redislock_finish(self, request: Any, lease_set: LeaseSet, args: Any, kwargs: Any) -> None:
+        self._redislock_release(request, lease_set, "finished")
+        self._redislock_clear_marker(request, args, kwargs)
 
-        Counts against ``lock_retry_max`` (a header), never ``max_retries``.
-        """
-        headers = dict(request.headers or {})
-        headers.pop("redelivered", None)
-        done = int(headers.get(HEADER_REQUEUES) or 0)
-        if count:
-            done += 1
-            if self.lock_retry_max is not None and done > self.lock_retry_max:
-                message = (
-                    f"{self._redislock_kind} {name!r} still held after "
-                    f"{self.lock_retry_max} requeues (policy retry)"
-                )
-                log.warning("%s[%s] failed: %s", self.name, request.id, message)
-                raise LockContended(message, name, "retry")
-        headers[HEADER_REQUEUES] = done
-        signature = self.signature_from_request(
-            request, args, kwargs, countdown=countdown, retries=request.retries, headers=headers
-        )
-        log.info(
-            "%s[%s] requeued in %.2f s: %s %r is held (requeue %d)",
-            self.name,
-            request.id,
-            countdown,
-            self._redislock_kind,
-            name,
-            done,
-        )
-        signature.apply_async()
-        raise Retry(f"{self._redislock_kind} {name!r} is held; requeued", when=countdown)
-
-    def _redislock_contended(self, task_id: str, name: str, policy: str) -> None:
-        signals.lock_contended.send(
-            sender=self, task_id=task_id, name=name, kind=self._redislock_kind, policy=policy
-        )
-
-    def _redislock_on_lost(self, task_id: str) -> Any:
-        def on_lost(lease: Lease) -> None:
-            signals.lock_lost.send(
-                sender=self, task_id=task_id, name=lease.name, token=lease.token,
-                kind=self._redislock_kind, reason=lease.lost_reason,
-            )  # fmt: skip
-
-        return on_lost
-
-    def _redislock_exit(self, request: Any, lease_set: LeaseSet, reason: str) -> None:
-        token = lease_set.token
-        if token is None:
+    def _redislock_release(self, request: Any, lease_set: LeaseSet, reason: str) -> None:
+        if lease_set.token is None:
             return  # released already (by retry())
-        held = True
-        try:
-            lease_set.release()
-        except LockLost:
-            held = False
-            log.warning(
-                "%s[%s]: lease on %r (fencing token %s) was lost before release",
-                self.name,
-                request.id,
-                lease_set.name,
-                token,
-            )
-        except NotOwned:
-            return
-        except RedisError as exc:
-            # The heartbeat no longer renews it: it frees within its TTL.
-            log.error(
-                "%s[%s]: could not release %r (%r); it expires within its ttl",
-                self.name,
-                request.id,
-                lease_set.name,
-                exc,
-            )
-            held = False
-        signals.lock_released.send(
-            sender=self, task_id=request.id, name=lease_set.name, token=token,
-            kind=self._redislock_kind, reason=reason, held=held,
-        )  # fmt: skip
+        release_run(self, request.id, lease_set, reason)
+        try:  # the name's limit now: a raised (callable) limit fills the new slots
+            limit = self.redislock_limit(request.args, request.kwargs)
+        except Exception:
+            limit = lease_set.limit
+        request.redislock_policy.after_release(self, lease_set.name, limit)
 
     def _redislock_clear_marker(self, request: Any, args: Any, kwargs: Any) -> None:
-        if _header(request, HEADER_DEDUPE):
-            self.redislock_clear_marker(request.id, args, kwargs)
+        if options.header(request, dedupe.HEADER):
+            dedupe.clear_for(self, request.id, args, kwargs)
 
     def redislock_clear_marker(self, task_id: str, args: Any, kwargs: Any) -> bool:
         """Delete the enqueue marker of this call's key if ``task_id`` holds it."""
-        try:
-            name = self.redislock_name(args, kwargs)
-            client, settings = client_for(self.app)
-            return dedupe.clear(client, settings.prefix, name, task_id)
-        except (TypeError, ValueError):
-            return False  # no key for these arguments: no marker was claimed
-        except RedisError as exc:
-            log.error("could not clear the dedupe marker of %s (%r); it expires", task_id, exc)
-            return False
+        return dedupe.clear_for(self, task_id, args, kwargs)
 
-    # -- clean-up for a dead pool child (worker main process) -----------------
-
-    def redislock_cleanup(
-        self,
-        task_id: str,
-        pid: int,
-        args: Any,
-        kwargs: Any,
-        headers: Mapping[str, Any],
-        reason: str,
-    ) -> int:
-        """Release what the execution of ``task_id`` in process ``pid`` held.
-
-        Run by the worker's main process when that child died or is being
-        killed.  Only owners with that task id, host and pid are touched, so
-        a redelivered execution of the same id elsewhere keeps its lease.
-        Returns the number of slots (or queue places) released.
-        """
-        name = self.redislock_name(args, kwargs)
-        lease_set = self.redislock_leaseset(name)
-        prefix = owner_prefix(task_id, pid)
-        owners = [h.owner for h in lease_set.holders() if h.owner.startswith(prefix)]
-        owners += [w.owner for w in lease_set.waiters() if w.owner.startswith(prefix)]
-        released = 0
-        for owner in owners:
-            held = lease_set.release_owner(owner)
-            released += 1
-            log.warning(
-                "%s[%s]: released %r held by its dead process %d (%s)",
-                self.name,
-                task_id,
-                name,
-                pid,
-                reason,
-            )
-            signals.lock_released.send(
-                sender=self, task_id=task_id, name=name, token=None, kind=self._redislock_kind,
-                reason=reason, held=held,
-            )  # fmt: skip
-        if headers.get(HEADER_DEDUPE):
-            self.redislock_clear_marker(task_id, args, kwargs)
-        return released
+    def redislock_cleanup(self, task_id: str, pid: int, args: Any, kwargs: Any,
+                          headers: Mapping[str, Any], reason: str) -> int:  # fmt: skip
+        """Release what ``task_id`` held in the dead child ``pid`` (worker main process)."""
+        return release_dead_child(self, task_id, pid, args, kwargs, headers, reason)
 
 
 class LockedTask(GuardedTask):
@@ -612,14 +311,19 @@ class SemaphoreTask(GuardedTask):
     """Runs the body holding one of ``semaphore_limit`` slots of a
     :class:`FairSemaphore` named by ``semaphore_key``.
 
-    Default contention policy: ``retry``.  ``semaphore_ttl`` is an alias of
-    ``lock_ttl`` (it wins when both are set).
+    Default contention policy: ``park`` (docs/park.md; ``lock_policy="retry"``
+    keeps the earlier requeue behaviour).  ``semaphore_ttl`` is an alias of
+    ``lock_ttl`` (it wins when both are set).  ``semaphore_limit`` is an
+    ``int >= 1`` or a callable of the task's arguments, evaluated per run
+    (:mod:`celery_redislock.limits`); a changed value applies to the next
+    acquisitions.
     """
 
     semaphore_key: Any = None
-    semaphore_limit: int | None = None
+    #: an int >= 1, or a callable of the task's arguments (by keyword) returning one
+    semaphore_limit: Any = None
     semaphore_ttl: float | None = None
-    lock_policy = "retry"
+    lock_policy = "park"
     _redislock_kind = "semaphore"
     _redislock_key_option = "semaphore_key"
 
@@ -628,10 +332,5 @@ class SemaphoreTask(GuardedTask):
         return cls.semaphore_ttl if cls.semaphore_ttl is not None else cls.lock_ttl
 
     @classmethod
-    def _redislock_limit(cls) -> int:
-        limit = cls.semaphore_limit
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"semaphore_limit must be an int >= 1, got {limit!r}")
-        if limit < 1:
-            raise ValueError(f"semaphore_limit must be >= 1, got {limit}")
-        return limit
+    def _redislock_limit_option(cls) -> object:
+        return cls.semaphore_limit

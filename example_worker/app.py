@@ -5,7 +5,8 @@
   the slow query once; the others are skipped while it runs and find the
   entry fresh afterwards.
 * :func:`sync_account` -- at most 5 concurrent syncs per account
-  (``SemaphoreTask``, fair semaphore, policy ``retry``): a heavy account
+  (``SemaphoreTask``, fair semaphore, policy ``park``: contended jobs
+  wait in Redis, not in the broker queue): a heavy account
   cannot take every worker process from the light ones.
 * :func:`generate_report` -- one report at a time per account (``LockedTask``,
   policy ``wait``): queued tasks are handed the lock in FIFO order, and each
@@ -30,7 +31,13 @@ from celery import Celery, Task
 from celery.signals import task_postrun, worker_ready
 
 from celery_redislock import LockedTask, SemaphoreTask
-from celery_redislock.signals import lock_acquired, lock_contended, lock_lost, lock_released
+from celery_redislock.signals import (
+    lock_acquired,
+    lock_contended,
+    lock_lost,
+    lock_parked,
+    lock_released,
+)
 
 from .records import Recorder, namespace, redis_url
 
@@ -125,7 +132,7 @@ def refresh_cache(self: Task, user_id: int, query_seconds: float = 2.0) -> str:
 
 @app.task(
     bind=True, base=SemaphoreTask, semaphore_key="account:{account_id}",
-    semaphore_limit=ACCOUNT_LIMIT, lock_retry_countdown=0.5, lock_retry_jitter=0.5,
+    semaphore_limit=ACCOUNT_LIMIT, lock_policy="park",
 )  # fmt: skip
 def sync_account(self: Task, account_id: str, job: int, seconds: float = 0.3) -> int:
     """Sync one batch of ``account_id`` with a rate-limited partner API.
@@ -171,6 +178,11 @@ def generate_report(self: Task, account_id: str, seconds: float = 0.5) -> int:
 @lock_contended.connect
 def _on_contended(sender: Any = None, name: str = "", policy: str = "", **_: Any) -> None:
     recorder().count("contended", f"{name}|{policy}")
+
+
+@lock_parked.connect
+def _on_parked(sender: Any = None, name: str = "", **_: Any) -> None:
+    recorder().count("contended", f"{name}|park")
 
 
 @lock_acquired.connect

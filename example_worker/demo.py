@@ -27,9 +27,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from celery_redislock.devserver import redis_url
+from celery_redislock.servers import describe, redis_url
 
-from .producer import DEMO, SMALL, Scenario
+from .scenario import DEMO, SMALL, Scenario
 
 __all__ = ["main", "run_demo", "stop_group", "worker_command", "worker_process"]
 
@@ -82,6 +82,7 @@ def run_demo(scenario: Scenario, output: Path, concurrency: int = 8, url: str | 
     """Run ``scenario`` against a fresh worker; returns the exit status."""
     with contextlib.ExitStack() as stack:
         if url is None:
+            print(describe(), flush=True)  # which Redis (system, REDIS_URL, embedded), version
             url = stack.enter_context(redis_url())
         namespace = f"demo-{uuid.uuid4().hex[:8]}"
         # The app reads its settings at import: set them before importing it.

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from .app import ACCOUNT_LIMIT
-from .producer import HEAVY, REPORT_ACCOUNT, Scenario, light_account
 from .records import Recorder
+from .scenario import HEAVY, REPORT_ACCOUNT, Scenario, light_account
 
 __all__ = ["Report", "build_report", "max_overlap", "write_timeline"]
 
@@ -156,6 +156,7 @@ def build_report(recorder: Recorder, scenario: Scenario, drained: bool) -> Repor
             "ran_twice": sorted(j for j, n in jobs.items() if n > 1),
             "max_running": max_overlap((r["start"], r["end"]) for r in mine),
             "requeues": contended.get(f"account:{name}|retry", 0),
+            "parked": contended.get(f"account:{name}|park", 0),
             "wait_mean": statistics.fmean(waits) if waits else 0.0,
             "wait_p95": waits[math.ceil(0.95 * len(waits)) - 1] if waits else 0.0,  # nearest rank
             "wait_max": waits[-1] if waits else 0.0,

@@ -15,14 +15,31 @@ from typing import Any
 import pytest
 import redis
 
-from celery_redislock import devserver
-from celery_redislock.devserver import RedisServer
+from celery_redislock.servers import RedisServer
+
+# The plugin users get: its throwaway Redis serves this suite too, and its
+# header line says which Redis the run uses (system, REDIS_URL or embedded).
+pytest_plugins = ["celery_redislock.testing"]
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    with devserver.redis_url() as url:
-        yield url
+def redis_url(redislock_redis_url: str) -> str:
+    return redislock_redis_url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _heartbeat_stopped_at_the_end() -> Iterator[None]:
+    """Stop this process's renewer before pytest prints its summary.
+
+    Otherwise a lease some test left behind on a server that is gone by then
+    is renewed once more at exit, and its failure is logged after the summary.
+    """
+    yield
+    from celery_redislock.core.heartbeat import HEARTBEAT
+
+    for lease in HEARTBEAT.leases():
+        HEARTBEAT.discard(lease)
+    HEARTBEAT.stop()
 
 
 @pytest.fixture

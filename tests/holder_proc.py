@@ -15,8 +15,8 @@ import sys
 
 import redis
 
-from celery_redislock.lease import Lease
-from celery_redislock.leaseset import LeaseSet
+from celery_redislock.core.lease import Lease
+from celery_redislock.core.leaseset import LeaseSet
 
 
 def main(argv: list[str]) -> int:

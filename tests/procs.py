@@ -12,7 +12,10 @@ from celery_redislock import FairSemaphore, RedisLock
 
 
 def counter_worker(url: str, prefix: str, increments: int, seed: int) -> None:
-    """Seed 004's experiment: read, sleep, write back +1, all under the lock."""
+    """The lost-update experiment of the blog post "Python 分布式锁".
+
+    Read, sleep, write back +1, all under the lock.
+    """
     client = redis.Redis.from_url(url, socket_timeout=30)
     rng = random.Random(seed)
     lock = RedisLock(client, "counter", ttl=5, prefix=prefix)
@@ -61,12 +64,14 @@ def semaphore_worker(
     return {"acquired": acquired, "lost": lost}
 
 
-def skewed_holder(url: str, prefix: str, limit: int, skew: float, hold: float) -> dict[str, Any]:
+def skewed_holder(
+    url: str, prefix: str, limit: int, skew: float, hold: float, ttl: float = 1.0
+) -> dict[str, Any]:
     """Hold one slot for ``hold`` seconds (several TTLs) with a skewed clock."""
     real_time = time.time
     time.time = lambda: real_time() + skew
     client = redis.Redis.from_url(url)
-    sem = FairSemaphore(client, "skew", limit, ttl=1, prefix=prefix)
+    sem = FairSemaphore(client, "skew", limit, ttl=ttl, prefix=prefix)
     got = sem.acquire()
     owned_throughout = True
     if got:

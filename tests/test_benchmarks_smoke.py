@@ -3,7 +3,7 @@
 Speed is not asserted here; `make bench` measures it.  What is asserted:
 every contender produced numbers, our lock and semaphore behaved (FIFO
 fairness, never over the limit, no market retries), the over-limit detector
-fires on a semaphore that does not limit, and the seed's basic semaphore
+fires on a semaphore that does not limit, and Redis in Action's basic semaphore
 really admits two holders of one slot when client clocks differ (its
 documented flaw).
 """
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import redis
 
-from benchmarks import common, contenders, locks, market, report, seeds, semaphores
+from benchmarks import common, contenders, locks, market, redis_in_action, report, semaphores
 from benchmarks import machine as machine_info
-from celery_redislock.devserver import RedisServer
+from celery_redislock.servers import RedisServer
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +82,12 @@ def test_over_limit_detector_fires(server: RedisServer, fleet: common.Fleet) -> 
     assert row["over_limit"] is True
 
 
-def test_seed_semaphore_admits_two_holders_with_skewed_clocks(server: RedisServer) -> None:
+def test_book_semaphore_admits_two_holders_with_skewed_clocks(server: RedisServer) -> None:
     conn = redis.Redis.from_url(server.url)
-    first = seeds.acquire_semaphore(conn, "skew", 1, clock=lambda: 1_000_000.0)
-    second = seeds.acquire_semaphore(conn, "skew", 1, clock=lambda: 999_999.99)  # 10 ms slow
+    first = redis_in_action.acquire_semaphore(conn, "skew", 1, clock=lambda: 1_000_000.0)
+    second = redis_in_action.acquire_semaphore(
+        conn, "skew", 1, clock=lambda: 999_999.99
+    )  # 10 ms slow
     assert first is not None and second is not None  # two holders of a one-slot semaphore
     assert conn.zrank("skew", first) == 1  # the first holder was pushed out without knowing
 
@@ -144,3 +146,37 @@ def test_left_behind_by_a_killed_holder(server: RedisServer) -> None:
         "expires_in_s": None,
         "never_expires": True,
     }
+
+
+def test_backlog_scenario_reports_every_field(server: RedisServer) -> None:
+    """The skewed-backlog part runs every policy and reports each figure (not timings)."""
+    from benchmarks import park_bench
+
+    backlog = park_bench.run(server.url, park_bench.TINY, lambda msg: None)
+    rows = backlog["runs"]
+    assert [(r["policy"], r["n"]) for r in rows] == [
+        (p, n) for n in park_bench.TINY.sizes for p in park_bench.POLICIES
+    ]
+    light = park_bench.TINY.light_accounts * park_bench.TINY.light_jobs
+    for row in rows:
+        assert "incomplete" not in row, row
+        assert (row["heavy_ran"], row["heavy_distinct"], row["light_ran"]) == (
+            row["n"], row["n"], light,
+        )  # fmt: skip
+        for field in (
+            "heavy_mean_concurrency", "heavy_span_s", "heavy_span_vs_ideal", "light_p50_s",
+            "light_p99_s", "fifo_inversions_pct", "idle_rss_mb", "peak_rss_mb",
+            "redis_cmds_per_task", "redis_bytes_per_waiting_task",
+        ):  # fmt: skip
+            assert isinstance(row[field], float) and math.isfinite(row[field]), (field, row)
+        assert row["heavy_mean_concurrency"] <= park_bench.LIMIT + 0.01
+        assert row["max_queue"] >= row["heavy_in_broker"] >= 1
+    [park] = [r for r in rows if r["policy"] == "park"]
+    # Behaviour, not speed: park publishes at most the limit and never requeues.
+    assert park["heavy_in_broker"] <= park_bench.LIMIT
+    assert (park["requeues"], park["eta_messages"]) == (0, 0)
+    assert set(park["targets"]) >= {"heavy >= 0.9 x limit", "FIFO inversions <= 2 %"}
+    text = park_bench.section(backlog)
+    assert "Skewed backlog" in text and "`park`" in text and "Targets of `park`" in text
+    machine = machine_info.describe(common.client(server.url))
+    assert text in report.markdown({"mode": "tiny", "machine": machine, "backlog": backlog})

@@ -5,6 +5,7 @@ unreachable, locks in a different Redis than the broker, RabbitMQ as broker.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_redislock.devserver import RedisServer, free_port
+from celery_redislock.servers import RedisServer, free_port
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import WorkerProcess, worker_factory
 from tests.conftest import keys_with_prefix
@@ -51,8 +52,11 @@ def test_whole_worker_killed_frees_within_the_ttl(redis_url: str, start_worker: 
     worker.kill()  # main process and children: nobody is left to release
     killed_at = time.monotonic()
     assert holders(app, "basic.sleeper", "k")  # still held: only the TTL can free it now
-    wait_for(lambda: not holders(app, "basic.sleeper", "k"), 3 + 10, message="TTL expiry")
-    assert time.monotonic() - killed_at <= 3 + 10
+    # Wait long enough to see a lease that outlives its TTL (e.g. renewed by a
+    # process the kill missed), then check it went within TTL + margin.
+    wait_for(lambda: not holders(app, "basic.sleeper", "k"), 60, message="TTL expiry")
+    freed_after = time.monotonic() - killed_at
+    assert freed_after <= 3 + 5, f"held {freed_after:.1f} s after the kill, TTL 3 s"
 
 
 def test_warm_shutdown_lets_running_tasks_finish_and_release(
@@ -146,7 +150,10 @@ def rabbitmq_reachable() -> bool:
 
 def test_rabbitmq_as_broker(redis_url: str, start_worker: Any) -> None:
     if not rabbitmq_reachable():
-        pytest.skip(f"RabbitMQ not reachable at {RABBITMQ_URL}: the AMQP broker test needs it")
+        message = f"RabbitMQ not reachable at {RABBITMQ_URL}: the AMQP broker test needs it"
+        if os.environ.get("REDISLOCK_REQUIRE_RABBITMQ"):  # CI, where RabbitMQ listens
+            pytest.fail(message + " (REDISLOCK_REQUIRE_RABBITMQ is set)")
+        pytest.skip(message + " (apt-get install rabbitmq-server)")
     config = make_config(redis_url, broker=RABBITMQ_URL)
     app = create_app(config)
     start_worker(config, concurrency=2)
@@ -179,7 +186,7 @@ def test_lease_lost_when_the_lock_redis_restarts(redis_url: str, start_worker: A
         config = make_config(redis_url, lock_redis=locks.url)
         app = create_app(config)
         start_worker(config, concurrency=2)
-        result = app.tasks["basic.watch_lost"].apply_async(("x", 60), lock_ttl=1.5)
+        result = app.tasks["basic.watch_lost"].apply_async(("x", 60), lock_ttl=4)
         wait_for(lambda: starts(app, "watch_lost", "x"), 60, message="task to start")
         locks.restart()  # no persistence: every lease is gone
         assert result.get(timeout=60) is False  # the body saw owned() turn False

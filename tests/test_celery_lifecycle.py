@@ -315,7 +315,7 @@ def test_lease_lost_while_running_is_signalled_and_visible(
     app: Any, worker: WorkerProcess, key: str, redis_client: redis.Redis
 ) -> None:
     task = app.tasks["basic.watch_lost"]
-    result = task.apply_async((key,), lock_ttl=1.5)
+    result = task.apply_async((key,), lock_ttl=4)  # margin: the deletion, not load, ends it
     wait_until_running(app, "watch_lost", key)
     name = task.redislock_name((key,), {})
     lease_set = task.redislock_leaseset(name)

@@ -27,7 +27,9 @@ from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner, Result
 
 from celery_redislock import RedisLock
-from celery_redislock.devserver import RedisServer, free_port
+from celery_redislock.core.connection import client_from_url
+from celery_redislock.servers import RedisServer, free_port
+from devtools.engines import SentinelGroup
 from example_worker.demo import stop_group, worker_process
 from example_worker.producer import wait_for_workers
 from example_worker.records import Recorder
@@ -203,12 +205,12 @@ def test_release_of_one_owner_with_force_leaves_the_others(
     assert sorted(h["owner"] for h in left) == sorted([infos[0]["owner"], infos[2]["owner"]])
 
     wrong = run("-A", app_module, "redislock", "release", "pool", "--owner", "nobody", "-f")
-    assert wrong.exit_code == 1 and "not a current holder of 'pool': nobody" in wrong.output
+    assert wrong.exit_code == 2 and "not a current holder of 'pool': nobody" in wrong.output
 
 
 def test_unknown_key_is_an_error(app_module: str, redis_client: redis.Redis, prefix: str) -> None:
     result = run("-A", app_module, "redislock", "release", "no-such-lock", "--force")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown key: nothing holds 'no-such-lock'" in result.output
     bad = run("-A", app_module, "redislock", "release", "a{b", "--force")
     assert bad.exit_code == 2 and "must not contain" in bad.output
@@ -380,3 +382,141 @@ def test_status_and_release_of_locks_held_by_a_real_worker(redis_url: str, tmp_p
         recorder.drop_queue()
         recorder.client.close()
         sender.close()
+
+
+# -- every user mistake: one line, exit status 2 (1: unreachable), never a traceback -------------
+
+
+def celery_redislock(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m celery <args>`` as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "celery", *args],
+        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def one_line_error(
+    out: subprocess.CompletedProcess[str], status: int, *expected: str, secret: str = "hunter2"
+) -> str:
+    """The single line ``out`` printed, after checking status, traceback and password."""
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == status, out.stderr
+    assert "Traceback" not in out.stderr and secret not in out.stderr + out.stdout
+    assert len(lines) == 1, out.stderr
+    assert out.stdout == ""
+    (line,) = lines
+    assert line.startswith("Error: ") and len(line) < 400, line
+    for part in expected:
+        assert part in line, line
+    return line
+
+
+@pytest.fixture(scope="module")
+def sentinel_group() -> Iterator[SentinelGroup]:
+    """A Sentinel group whose primary needs a password (``hunter2``)."""
+    with SentinelGroup() as group:
+        for server in group.servers:
+            with redis.Redis(port=server.port, socket_timeout=10) as direct:
+                direct.config_set("masterauth", "hunter2")
+                direct.config_set("requirepass", "hunter2")
+        for sentinel in group.sentinels:
+            with redis.Redis(port=sentinel.port, socket_timeout=10) as direct:
+                direct.execute_command("SENTINEL", "SET", group.master_name, "auth-pass", "hunter2")
+        yield group
+
+
+def sentinel_list(group: SentinelGroup, password: str = "") -> str:
+    auth = f":{password}@" if password else ""
+    return ";".join(f"sentinel://{auth}127.0.0.1:{s.port}" for s in group.sentinels) + "/0"
+
+
+def test_sentinel_urls_with_master_name_and_password(
+    sentinel_group: SentinelGroup, prefix: str
+) -> None:
+    group = sentinel_group
+    client = client_from_url(sentinel_list(group, "hunter2"), group.options)
+    lock = RedisLock(client, "via-sentinel", prefix=prefix)
+    assert lock.acquire()
+    try:
+        url = sentinel_list(group, "hunter2")
+        # --url before and after the sub-command, with --master-name
+        for args in (
+            ["redislock", "--url", url, "--master-name", group.master_name, "status"],
+            ["redislock", "status", "--url", url, "--master-name", group.master_name],
+            ["redislock", "--url", url, "status", "--master-name", group.master_name],
+        ):
+            out = celery_redislock(*args, "--prefix", prefix)
+            assert out.returncode == 0, out.stderr
+            assert "via-sentinel  [unknown]  held 1" in out.stdout
+            assert "hunter2" not in out.stdout and "sentinel://:***@127.0.0.1" in out.stdout
+        # The app's redislock_url is a Sentinel list with a password; master_name from
+        # its broker_transport_options (redaction used to crash on the list).
+        env = {"CLI_URLS_LOCK_URL": url, "CLI_URLS_MASTER": group.master_name}
+        out = celery_redislock("-A", "tests.celery_apps.cli_urls", "redislock", "status",
+                               "--prefix", prefix, **env)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "via-sentinel" in out.stdout and "hunter2" not in out.stdout
+        # --url with the app: the app's master_name still applies.
+        out = celery_redislock("-A", "tests.celery_apps.cli_urls", "redislock", "status",
+                               "--url", url, "--prefix", prefix, **env)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    finally:
+        lock.release()
+        client.close()
+
+    no_master = celery_redislock("redislock", "status", "--url", url)
+    one_line_error(no_master, 2, "needs the option master_name", "--master-name")
+    wrong = celery_redislock("redislock", "status", "--url", url, "--master-name", "nope")
+    one_line_error(wrong, 2, "know no master named 'nope'", "sentinel://:***@127.0.0.1")
+    bad_password = sentinel_list(group, "wrong-pw")
+    refused = celery_redislock(
+        "redislock", "status", "--url", bad_password, "--master-name", group.master_name
+    )
+    one_line_error(refused, 2, "refused the credentials", secret="wrong-pw")
+
+
+def test_user_mistakes_are_one_line_with_the_right_status(own_redis: RedisServer) -> None:
+    closed = free_port()
+    cases: list[tuple[list[str], int, tuple[str, ...]]] = [
+        # unreachable: status 1
+        (["--url", f"redis://user:hunter2@127.0.0.1:{closed}/0"], 1,
+         (f"cannot reach Redis at redis://user:***@127.0.0.1:{closed}/0 (option --url)",)),
+        (["--url", f"redis+cluster://127.0.0.1:{closed}"], 1,
+         (f"cannot reach the Redis Cluster at redis+cluster://127.0.0.1:{closed}",)),
+        (["--url", f"sentinel://:hunter2@127.0.0.1:{closed};sentinel://127.0.0.1:{closed}/0",
+          "--master-name", "m"], 1,
+         (f"cannot reach any Sentinel at sentinel://:***@127.0.0.1:{closed};",)),
+        # mistakes: status 2
+        (["--url", "redis://127.0.0.1:notaport/0"], 2,
+         ("bad port in 'redis://127.0.0.1:notaport/0'",)),
+        (["--url", "redis://:hunter2@127.0.0.1:notaport/0"], 2,
+         ("bad port in 'redis://:***@127.0.0.1:notaport/0'",)),
+        (["--url", f"redis+cluster://127.0.0.1:{own_redis.port}"], 2,
+         ("is a cluster URL, but the Redis there is not a cluster",)),
+        (["--url", f"redis://127.0.0.1:{own_redis.port}", "--master-name", "m"], 2,
+         ("master_name are for sentinel:// URLs",)),
+        (["--url", "amqp://guest@localhost//"], 2, ("unsupported Redis URL scheme 'amqp'",)),
+        (["--url", f"redis://127.0.0.1:{own_redis.port}", "--bogus"], 2,
+         ("No such option '--bogus'",)),
+        (["--url", f"redis://127.0.0.1:{own_redis.port}", "--waiters", "-1"], 2,
+         ("--waiters",)),
+    ]  # fmt: skip
+    for args, status, expected in cases:
+        out = celery_redislock("redislock", "status", *args)
+        one_line_error(out, status, *expected)
+    url = f"redis://127.0.0.1:{own_redis.port}/0"
+    one_line_error(celery_redislock("redislock", "--url", url, "stauts"), 2, "No such command")
+    one_line_error(
+        celery_redislock("redislock", "--url", url, "status", "--url", "redis://other:1"),
+        2, "--url given twice",
+    )  # fmt: skip
+    one_line_error(
+        celery_redislock("redislock", "release", "a{b", "-f", "--url", url), 2, "bad NAME 'a{b'"
+    )
+    one_line_error(
+        celery_redislock("redislock", "release", "nothing-here", "-f", "--url", url),
+        2, "unknown key: nothing holds 'nothing-here'",
+    )  # fmt: skip
+    one_line_error(
+        celery_redislock("redislock", "status"), 2, "no Celery app given", "before or after"
+    )

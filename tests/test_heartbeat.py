@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import redis
 
-from celery_redislock import RedisLock, heartbeat, leaseset
-from celery_redislock.devserver import RedisServer
-from celery_redislock.heartbeat import HEARTBEAT, Heartbeat
+from celery_redislock import RedisLock
+from celery_redislock.core import heartbeat, leaseset
+from celery_redislock.core.heartbeat import HEARTBEAT, Heartbeat
+from celery_redislock.servers import RedisServer
 from tests.waiting import wait_for
 
 
@@ -37,7 +38,7 @@ def own_renewer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Heartbeat]:
     """A renewer of its own for the locks a test takes, so that leases other
     tests left in this process neither set its pace nor keep it awake."""
     beat = Heartbeat()
-    monkeypatch.setattr(leaseset, "HEARTBEAT", beat)
+    monkeypatch.setattr(leaseset.LeaseSet, "renewer", beat)
     yield beat
     beat.stop()
 

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from celery_redislock import AcquireTimeout, LockError, LockLost, NotOwned, RedisLock
-from celery_redislock.devserver import RedisServer
-from celery_redislock.heartbeat import HEARTBEAT
+from celery_redislock.core.heartbeat import HEARTBEAT
+from celery_redislock.servers import RedisServer
 from tests import procs
 from tests.conftest import keys_with_prefix
 from tests.waiting import wait_for
@@ -26,7 +26,7 @@ SPAWN = multiprocessing.get_context("spawn")
 def test_counter_experiment_under_contention(
     redis_url: str, redis_client: Any, prefix: str
 ) -> None:
-    """Seed 004's lost-update experiment: 16 processes, read-sleep-write under the lock."""
+    """The lost-update experiment of "Python 分布式锁": 16 processes, read-sleep-write."""
     processes, increments = 16, 15
     workers = [
         SPAWN.Process(target=procs.counter_worker, args=(redis_url, prefix, increments, seed))
@@ -182,7 +182,7 @@ def test_handed_off_waiter_whose_info_was_lost_gets_a_new_token(
 ) -> None:
     # The slot is handed to a queued waiter, then the info key is deleted
     # before the waiter asks again: it is still the holder, with a fresh token.
-    from celery_redislock.scripts import ACQUIRE
+    from celery_redislock.core.scripts import ACQUIRE
 
     holder = RedisLock(redis_client, "lost-info", ttl=5, prefix=prefix)
     assert holder.acquire()
@@ -245,7 +245,7 @@ def test_refresh_never_revives_an_expired_lease(redis_client: Any, prefix: str) 
 
 
 def test_unreachable_redis_fails_closed(prefix: str) -> None:
-    from celery_redislock.devserver import free_port
+    from celery_redislock.servers import free_port
 
     client = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
     lock = RedisLock(client, "down", prefix=prefix)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import redis
 
+from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.dedupe import marker_key
-from celery_redislock.devengines import LocalCluster, SentinelGroup
-from celery_redislock.keys import LeaseKeys
+from devtools.engines import LocalCluster, SentinelGroup
 from tests.celery_apps.scale import create_app
 from tests.celery_harness import worker_factory
 from tests.test_celery_scenarios import (

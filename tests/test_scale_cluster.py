@@ -11,10 +11,10 @@ import pytest
 import redis
 
 from celery_redislock import HEARTBEAT, FairSemaphore, LockLost, NotReplicated, RedisLock
-from celery_redislock.acl import acl_rules
-from celery_redislock.connection import client_from_url
-from celery_redislock.devengines import LocalCluster
-from celery_redislock.heartbeat import refresh_leases
+from celery_redislock.core.acl import acl_rules
+from celery_redislock.core.connection import client_from_url
+from celery_redislock.core.heartbeat import refresh_leases
+from devtools.engines import LocalCluster
 from tests.waiting import wait_for
 
 

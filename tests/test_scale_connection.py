@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from celery_redislock import RedisLock
-from celery_redislock.config import settings_from_app
-from celery_redislock.connection import client_from_url
-from celery_redislock.devserver import RedisServer
+from celery_redislock.core.connection import client_from_url
+from celery_redislock.servers import RedisServer
+from celery_redislock.settings import settings_from_app
 
 
 def built_by_dotted_path(url: str, options: dict[str, Any]) -> redis.Redis:
@@ -32,8 +32,18 @@ def not_a_client(url: str, options: dict[str, Any]) -> object:
         ("sentinel://h:26379", {}, ValueError, "needs the option master_name"),
         ("sentinel://h:26379;redis://h:1", {"master_name": "m"}, ValueError, "must be sentinel://"),
         ("sentinel://h:port", {"master_name": "m"}, ValueError, "bad host:port 'h:port'"),
-        ("redis://h:6379", {"ssl_ca_certs": "/ca.pem"}, ValueError, "TLS options ssl_ca_certs"),
-        ("redis://h?ssl_cert_reqs=required", {}, ValueError, "TLS options ssl_cert_reqs"),
+        ("unix:///r.sock", {"ssl_ca_certs": "/ca.pem"}, ValueError, "TLS options ssl_ca_certs"),
+        ("socket:///r.sock?ssl_cert_reqs=none", {}, ValueError, "TLS options ssl_cert_reqs"),
+        ("redis+socket://", {}, ValueError, "no socket path"),
+        ("unix:///r.sock", {"ssl": True}, ValueError, "ssl does not apply to a Unix socket"),
+        ("redis://h:notaport/0", {}, ValueError, r"bad port in 'redis://h:notaport/0'"),
+        ("redis://:pw@h:99999/0", {}, ValueError, r"bad port in 'redis://:\*\*\*@h:99999/0'"),
+        ("redis://h/x", {}, ValueError, "bad database '/x'"),
+        ("redis://h/0?virtual_host=2", {}, ValueError, "virtual_host is for Unix socket"),
+        ("redis://h/0?socket_timeout=soon", {}, ValueError, "bad value 'soon' for socket_timeout"),
+        ("redis://h/0?visibility_timeout=1", {}, ValueError, "unknown .* visibility_timeout"),
+        ("sentinel://h:1/0", {"master_name": "m", "min_other_sentinels": "x"}, TypeError,
+         "min_other_sentinels"),
         ("rediss://h", {"ssl_cert_reqs": "maybe"}, ValueError, "ssl_cert_reqs must be required"),
         ("redis+cluster://h:7000/2", {}, ValueError, "only database 0"),
         ("unix:///tmp/r.sock", {"cluster": True}, ValueError, "cluster=True needs a redis://"),

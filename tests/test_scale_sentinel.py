@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from celery_redislock import Lease, NotReplicated, RedisLock
-from celery_redislock.connection import client_from_url
-from celery_redislock.devengines import SentinelGroup
+from celery_redislock.core.connection import client_from_url
+from devtools.engines import SentinelGroup
 from tests.waiting import wait_for
 
 

@@ -38,13 +38,19 @@ def test_never_more_than_limit_holders(redis_url: str, redis_client: Any, prefix
 def test_skewed_clocks_neither_steal_nor_lose(
     redis_url: str, redis_client: Any, prefix: str
 ) -> None:
-    mine = FairSemaphore(redis_client, "skew", 2, ttl=1, prefix=prefix)
+    # The skew (an hour) dwarfs the TTL, so any decision taken on a client clock
+    # shows; the TTL itself leaves a loaded machine seconds of margin between
+    # renewals (every ttl/3), and the skewed holder holds for 2 TTLs.
+    ttl = 5.0
+    mine = FairSemaphore(redis_client, "skew", 2, ttl=ttl, prefix=prefix)
     assert mine.acquire()
     with SPAWN.Pool(2) as pool:
-        ahead = pool.apply_async(procs.skewed_holder, (redis_url, prefix, 2, 3600.0, 3.0))
+        ahead = pool.apply_async(
+            procs.skewed_holder, (redis_url, prefix, 2, 3600.0, 2 * ttl, ttl)
+        )
         wait_for(lambda: len(mine.holders()) == 2, timeout=30, message="skewed process to hold")
         # full now: an hour-behind client must not purge anyone as "expired"
-        behind = pool.apply(procs.skewed_holder, (redis_url, prefix, 2, -3600.0, 0.0))
+        behind = pool.apply(procs.skewed_holder, (redis_url, prefix, 2, -3600.0, 0.0, ttl))
         assert behind == {"acquired": False, "owned_throughout": True}
         assert ahead.get(60) == {"acquired": True, "owned_throughout": True}
     assert mine.owned()
@@ -94,7 +100,7 @@ def test_holders_tokens_and_cleanup(redis_client: Any, prefix: str) -> None:
 
 
 def test_expired_slot_is_purged_and_not_revived(redis_client: Any, prefix: str) -> None:
-    from celery_redislock.heartbeat import HEARTBEAT
+    from celery_redislock.core.heartbeat import HEARTBEAT
 
     stale = FairSemaphore(redis_client, "p", 1, ttl=0.2, prefix=prefix)
     assert stale.acquire()

@@ -9,7 +9,13 @@ Config keys (``REDISLOCK_TEST_<KEY>`` in the worker's environment):
 ``redis`` (result backend, default broker and lock Redis), ``prefix`` (lock
 key prefix, queue name and record keys), ``broker``, ``lock_redis``, ``ttl``
 (``redislock_default_ttl``), ``prefetch``, ``acks_late`` ("1"),
-``visibility`` (Redis broker ``visibility_timeout``), ``ready_file``.
+``visibility`` (Redis broker ``visibility_timeout``), ``ready_file``,
+``park_deadline`` / ``park_max`` / ``park_max_total`` / ``park_sweep``
+(``redislock_park_*``).
+
+Fault injection for the park policy: a worker process that finds the key
+``<prefix>:fault:<point>`` (and deletes it) kills itself, loses, delays or
+duplicates a publish at that point (see :func:`_install_faults`).
 
 Every recording task appends JSON events (``start``/``end`` with wall-clock
 time, pid, task id, retries) to ``<prefix>:rec:<task>:<key>``: assertions come
@@ -110,6 +116,10 @@ def create_app(config: dict[str, str]) -> Celery:
         worker_hijack_root_logger=False,
         # Celery reports a lost child only after this; the library must not wait for it.
         worker_lost_wait=20.0,
+        redislock_park_deadline=float(config.get("park_deadline", 60)),
+        redislock_park_max=int(config.get("park_max", 0)),
+        redislock_park_max_total=int(config.get("park_max_total", 0)),
+        redislock_park_sweep_interval=float(config.get("park_sweep", 0.5)),
     )
     rec = Recorder(redis_url, prefix)
     app.recorder = rec  # type: ignore[attr-defined]
@@ -162,6 +172,32 @@ def create_app(config: dict[str, str]) -> Celery:
     )
     def sync_account(self: Any, account_id: Any, n: int = 0, duration: float = 0.3) -> Any:
         return body(self, account_id, duration, n=n)
+
+    @app.task(
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="basic.parked",
+        semaphore_key="park:{key}",
+        semaphore_limit=2,
+    )
+    def parked(self: Any, key: Any, n: int = 0, duration: float = 0.2, gate: bool = False) -> Any:
+        ptoken = (self.request.headers or {}).get("redislock_park_token")
+        return body(self, key, duration, gate, n=n, ptoken=ptoken)
+
+    @app.task(
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="basic.parked_retry",
+        semaphore_key="park:{key}",
+        semaphore_limit=2,
+    )
+    def parked_retry(self: Any, key: Any, countdown: float = 2.0) -> Any:
+        rec.event(self, key, "start")
+        if self.request.retries == 0:
+            raise self.retry(countdown=countdown)
+        return self.request.retries
 
     @app.task(
         shared=False, bind=True, base=LockedTask, name="basic.sleeper", lock_key="sleep:{key}"
@@ -262,6 +298,7 @@ def create_app(config: dict[str, str]) -> Celery:
         signals.lock_contended,
         signals.lock_released,
         signals.lock_lost,
+        signals.lock_parked,
     ):
 
         def receiver(sender: Any = None, _signal: Any = lib_signal, **kwargs: Any) -> None:
@@ -275,6 +312,75 @@ def create_app(config: dict[str, str]) -> Celery:
     return app
 
 
+def _install_faults(prefix: str, rec: Recorder) -> None:
+    """Fault points of the park policy, armed by the test setting ``<prefix>:fault:<point>``
+    (the first process to pass the point deletes the key and acts):
+
+    * ``before_publish``: SIGKILL after a promotion reserved a slot, before the
+      message is re-published;
+    * ``after_park``: SIGKILL right after the run-time admission parked the
+      task (before the message is acked);
+    * ``lose_publish``: the promoted message is lost on its way (not sent);
+    * ``late_publish``: it is sent only after the key's value in seconds
+      (an overdue copy arriving after the sweeper re-published it);
+    * ``dup_publish``: it is sent twice.
+
+    Copies that arrive and are dropped (``park_claim.lua`` said "drop", or
+    ``park_enqueue.lua`` found the id already parked) are appended to
+    ``<prefix>:park-drops`` as "<task id> <token> <reason>".
+    """
+    import threading
+
+    from celery_redislock import parking as park
+
+    republish = park.republish
+
+    def faulty_republish(app: Any, envelope: Any, token: int) -> None:
+        if rec.client.delete(f"{prefix}:fault:before_publish"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if rec.client.delete(f"{prefix}:fault:lose_publish"):
+            rec.client.rpush(f"{prefix}:fault-log", f"lost {envelope['headers']['id']}")
+            return
+        late = rec.client.get(f"{prefix}:fault:late_publish")
+        if late is not None and rec.client.delete(f"{prefix}:fault:late_publish"):
+
+            def send_late() -> None:
+                republish(app, envelope, token)
+                rec.client.rpush(f"{prefix}:fault-log", f"late {envelope['headers']['id']}")
+
+            threading.Timer(float(late), send_late).start()
+            return
+        republish(app, envelope, token)
+        if rec.client.delete(f"{prefix}:fault:dup_publish"):
+            republish(app, envelope, token)
+            rec.client.rpush(f"{prefix}:fault-log", f"dup {envelope['headers']['id']}")
+
+    park.republish = faulty_republish
+
+    admit = park.Parking.admit
+
+    def faulty_admit(self: Any, *args: Any, **kwargs: Any) -> tuple[str, Any]:
+        outcome = admit(self, *args, **kwargs)
+        if outcome[0] == "parked" and rec.client.delete(f"{prefix}:fault:after_park"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if outcome[0] == "dup":
+            rec.client.rpush(f"{prefix}:park-drops", f"{args[1]} dup {outcome[1]!r}")
+        return outcome
+
+    park.Parking.admit = faulty_admit  # type: ignore[method-assign]
+
+    claim = park.Parking.claim
+
+    def recording_claim(self: Any, task_id: str, token: str, *args: Any) -> tuple[str, Any]:
+        outcome = claim(self, task_id, token, *args)
+        if outcome[0] == "drop":
+            rec.client.rpush(f"{prefix}:park-drops", f"{task_id} {token} {outcome[1]!r}")
+        return outcome
+
+    park.Parking.claim = recording_claim  # type: ignore[method-assign, assignment]
+
+
 if os.environ.get(ENV_PREFIX + "PREFIX"):
     app = create_app(config_from_env())
+    _install_faults(app.conf.redislock_prefix, app.recorder)  # type: ignore[attr-defined]
     write_pid_when_ready(ENV_PREFIX + "READY_FILE")

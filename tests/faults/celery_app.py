@@ -75,6 +75,11 @@ def create_app(config: dict[str, str]) -> Celery:
             "unacked_mutex_expire": 5,
         },
         broker_connection_retry_on_startup=True,
+        # "faults.limited" uses the park policy (SemaphoreTask's default): a
+        # promotion whose message a kill lost is re-published after this
+        # deadline, which must fit in the calm phase (and exceed a slow publish).
+        redislock_park_deadline=6.0,
+        redislock_park_sweep_interval=0.5,
         result_expires=600,
         worker_hijack_root_logger=False,
     )

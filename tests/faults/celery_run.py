@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from celery_redislock.devserver import RedisServer
+from celery_redislock.servers import RedisServer
 from tests.celery_harness import WorkerProcess
 
 from .celery_app import SEMAPHORE_LIMIT, create_app

@@ -48,15 +48,15 @@ def main(config: dict[str, Any]) -> None:
     import redis
 
     from celery_redislock import FairSemaphore, Lease, LockLost, RedisLock
-    from celery_redislock.connection import client_from_url
-    from celery_redislock.fencing import FencedResource
-    from celery_redislock.leaseset import LeaseSet
+    from celery_redislock.core.connection import client_from_url
+    from celery_redislock.core.fencing import FencedResource
+    from celery_redislock.core.leaseset import LeaseSet
 
     from .history import STOP_KEY, Recorder
 
     mutants = config.get("mutants", ())
     if "no-heartbeat" in mutants:  # leases are never renewed: expire mid-hold
-        from celery_redislock.heartbeat import HEARTBEAT
+        from celery_redislock.core.heartbeat import HEARTBEAT
 
         HEARTBEAT.add = lambda lease: None  # type: ignore[method-assign]
     cid = str(config["id"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from celery_redislock.scripts import LuaScript
+from celery_redislock.core.scripts import LuaScript
 
 HISTORY_KEY = "faults:history"
 HOLDING_KEY = "faults:holding"  # HASH client id -> JSON of what it holds now

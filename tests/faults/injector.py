@@ -34,9 +34,9 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
-from celery_redislock.devserver import RedisServer
-from celery_redislock.keys import LeaseKeys
-from celery_redislock.leaseset import LeaseSet
+from celery_redislock.core.keys import LeaseKeys
+from celery_redislock.core.leaseset import LeaseSet
+from celery_redislock.servers import RedisServer
 
 from .history import HOLDING_KEY, Recorder
 

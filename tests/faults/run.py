@@ -28,9 +28,9 @@ from typing import Any
 
 import redis
 
-from celery_redislock.connection import client_from_url
-from celery_redislock.devserver import RedisServer
-from celery_redislock.leaseset import WAIT_LEASE
+from celery_redislock.core.connection import client_from_url
+from celery_redislock.core.leaseset import WAIT_LEASE
+from celery_redislock.servers import RedisServer
 
 from .celery_run import run_celery
 from .checker import Row, check

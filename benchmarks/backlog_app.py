@@ -1,0 +1,99 @@
+"""The Celery app of the skewed-backlog benchmark (``benchmarks.park_bench``).
+
+One task per contention policy, all ``SemaphoreTask`` with limit 5 on
+``backlog:{run}:{account}``.  Configured from the environment
+(``BENCH_REDIS_URL``: broker and lock Redis; ``BENCH_EVENTS_DIR``: where each
+process appends its events; ``BENCH_READY_FILE``).
+
+Events go to one file per process (``<pid>.log``, lines ``start|end|retry|eta``),
+not to Redis, so the Redis command counts are the library's and the broker's;
+the only Redis command a body adds is one ``INCR`` of the run's completion
+counter (the benchmark subtracts it).
+"""
+
+# mypy: disable-error-code="untyped-decorator"
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import task_received, task_retry, worker_ready
+
+from celery_redislock import SemaphoreTask
+
+URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+LIMIT = 5
+POLICIES = ("retry", "wait", "park")
+TASK_SECONDS = 0.02
+
+app = Celery("backlog", broker=URL, set_as_current=False)
+app.conf.update(
+    redislock_url=URL,
+    redislock_prefix="backlog",
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    # The deadline covers the worst wait of a published message in the queue.
+    redislock_park_deadline=120.0,
+)
+
+_state: dict[str, Any] = {}
+
+
+def _log(line: str) -> None:
+    pid = os.getpid()
+    if _state.get("pid") != pid:
+        directory = Path(os.environ.get("BENCH_EVENTS_DIR", "/tmp"))
+        _state.update(pid=pid, file=open(directory / f"{pid}.log", "a", buffering=1))  # noqa: SIM115
+        _state["redis"] = redis.Redis.from_url(URL)
+    _state["file"].write(line + "\n")
+
+
+def _body(run: str, account: str, seq: int, sent: float) -> None:
+    start = time.time()
+    time.sleep(TASK_SECONDS)
+    end = time.time()
+    _log(f"task {run} {account} {seq} {sent:.6f} {start:.6f} {end:.6f}")
+    _state["redis"].incr(f"backlog:done:{run}")
+
+
+def _task(policy: str) -> Any:
+    def body(run: str, account: str, seq: int, sent: float) -> None:
+        _body(run, account, seq, sent)
+
+    body.__name__ = f"backlog_{policy}"
+    return app.task(
+        base=SemaphoreTask,
+        name=f"backlog.{policy}",
+        semaphore_key="backlog:{run}:{account}",
+        semaphore_limit=LIMIT,
+        lock_policy=policy,
+        lock_retry_max=None,
+        lock_wait_timeout=3600.0,
+    )(body)
+
+
+TASKS = {policy: _task(policy) for policy in POLICIES}
+
+
+@task_retry.connect
+def _retried(**_: Any) -> None:
+    _log("retry")
+
+
+@task_received.connect
+def _received(request: Any = None, **_: Any) -> None:
+    if getattr(request, "eta", None):
+        _log("eta")
+
+
+@worker_ready.connect
+def _ready(**_: Any) -> None:
+    path = os.environ.get("BENCH_READY_FILE")
+    if path:
+        Path(path).write_text(str(os.getpid()))

@@ -1,0 +1,234 @@
+-- common.lua: prepended to acquire.lua, release.lua and inspect.lua.
+--
+-- One lease set (a lock is a lease set with limit 1) lives in these keys, all
+-- sharing the hash tag {name} so they sit in one cluster slot:
+--   KEYS[1] holders  ZSET   owner -> lease expiry (Redis TIME, ms)
+--   KEYS[2] info     HASH   owner -> "token:acquired_ms:ttl_ms:limit:meta"
+--                           plus the field LIMIT_FIELD (see below)
+--   KEYS[3] fence    STRING last fencing token handed out for this name
+--   KEYS[4] queue    ZSET   waiting owner -> arrival (Redis TIME, us)
+--   KEYS[5] qinfo    HASH   waiting owner -> "expiry_ms:ttl_ms:limit:meta"
+--   KEYS[6] wake     key prefix; wake .. owner is that waiter's LIST, where a
+--                    hand-off pushes the fencing token (BLPOP'd by the waiter),
+--                    or NUDGE: "ask again now" (never a token, tokens are > 0)
+-- Every key carries a TTL no later than the last lease or waiter in it, and
+-- empty aggregates vanish, so an idle name leaves only `fence` behind, and
+-- that for FENCE_MEMORY_MS.
+--
+-- THE INVARIANT: no holder ever shares the name with more holders than its
+-- own limit allows (a lock holder, limit 1, is always alone), whatever limits
+-- the other callers of the same name pass.  So each holder's and waiter's
+-- limit is stored with it, a caller with limit L is admitted only while
+--   holders < min(L, the limit of every current holder),
+-- and waiters are promoted each by its own limit, in arrival order: a waiter
+-- that cannot be admitted yet stops the promotion (nobody barges past it).
+-- Lowering a limit is therefore safe at any time: newcomers with the lower
+-- limit wait until the holders are few enough.
+--
+-- LIMIT_FIELD in the info hash caches a lower bound of the current holders'
+-- limits: every grant lowers it to the new holder's limit (set to it when
+-- the holders were empty), releases leave it alone.  A bound that is too low
+-- is only conservative; it is recomputed from the entries when it is what
+-- refuses an admission.  So the common case (one limit per name) reads one
+-- hash field and never recomputes.
+--
+-- Entries written by older versions have no limit field
+-- ("token:acquired_ms:ttl_ms:meta", "expiry_ms:ttl_ms:meta"; meta is a JSON
+-- object, so it starts with "{" and cannot be mistaken for a limit).  They
+-- count as limit 1: during a rolling upgrade a new caller never joins an old
+-- holder of any limit, and a lock stays exclusive across versions.
+--
+-- Waiters: a queue entry's expiry is the latest time the waiter promised to
+-- ask again plus a grace of half its wait lease (wait_lease(ttl) below); a
+-- waiter that dies while queued lapses then and is skipped by hand-offs.  A
+-- waiter is told to ask again (NUDGE) when a hand-off makes a holder whose
+-- lease ends before the waiter would ask again by itself, so that a waiter
+-- never sleeps past the earliest holder's lease (e.g. a slot handed to a
+-- waiter that has just died comes back within that waiter's ttl).
+
+local HOLDERS, INFO, FENCE, QUEUE, QINFO, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local FENCE_MEMORY_MS = 600000
+local LIMIT_FIELD = ':limit'  -- owners never contain ':' (see leaseset.py)
+local MIN_WAIT_LEASE_MS = 1000
+local NUDGE = '0'
+
+local t = redis.call('TIME')
+local NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- Fencing token: strictly greater than the last one issued for this name
+-- and never below Redis time in microseconds, so tokens keep increasing even
+-- after the fence key expired or a restart lost it (as long as the server
+-- clock does not step back by more than the time that passed).
+-- One call in the common case: SET ... GET stores Redis time and returns the
+-- previous token; only if that was not below it (same microsecond, clock
+-- stepped back) is the token set again to last + 1.
+local function next_token()
+  local last = tonumber(redis.call('SET', FENCE, NOW_US, 'PX', FENCE_MEMORY_MS, 'GET') or '0')
+  if last < NOW_US then return NOW_US end
+  redis.call('SET', FENCE, string.format('%d', last + 1), 'PX', FENCE_MEMORY_MS)
+  return last + 1
+end
+
+local function remove_members(zset, hash, members)
+  for i = 1, #members, 1000 do
+    local chunk = {}
+    for j = i, math.min(i + 999, #members) do chunk[#chunk + 1] = members[j] end
+    redis.call('ZREM', zset, unpack(chunk))
+    redis.call('HDEL', hash, unpack(chunk))
+  end
+end
+
+-- Drop holders whose lease expired by Redis time; returns how many.
+-- (The LIMIT_FIELD bound stays valid: fewer holders can only raise the minimum.)
+local function purge_expired_holders()
+  local dead = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', NOW_MS)
+  if #dead > 0 then remove_members(HOLDERS, INFO, dead) end
+  return #dead
+end
+
+-- Make the holders/info keys expire with their last lease (info, which may
+-- hold only LIMIT_FIELD then, goes when the last holder has gone).
+local function fit_holder_ttl()
+  local top = redis.call('ZRANGE', HOLDERS, -1, -1, 'WITHSCORES')
+  if top[2] then
+    local ms = tonumber(top[2]) - NOW_MS
+    if ms > 0 then
+      redis.call('PEXPIRE', HOLDERS, ms)
+      redis.call('PEXPIRE', INFO, ms)
+    end
+  else
+    redis.call('DEL', INFO)
+  end
+end
+
+-- The limit stored in a holder's info entry; 1 if none (older versions) or
+-- if the entry is missing.
+local function entry_limit(info)
+  if not info then return 1 end
+  local limit = string.match(info, '^%d+:%d+:%d+:(%d+):')
+  if limit then return tonumber(limit) end
+  return 1
+end
+
+-- Exact minimum of the current holders' limits, stored in LIMIT_FIELD.
+local function recompute_holders_limit()
+  local owners = redis.call('ZRANGE', HOLDERS, 0, -1)
+  local low = math.huge
+  for i = 1, #owners, 1000 do
+    local chunk = {}
+    for j = i, math.min(i + 999, #owners) do chunk[#chunk + 1] = owners[j] end
+    local infos = redis.call('HMGET', INFO, unpack(chunk))
+    for k = 1, #chunk do low = math.min(low, entry_limit(infos[k])) end
+  end
+  if low < math.huge then redis.call('HSET', INFO, LIMIT_FIELD, low) end
+  return low
+end
+
+-- Admission state of the current holders: their count and a lower bound of
+-- their limits (read lazily, at most once per script).
+local function holder_state()
+  return {n = redis.call('ZCARD', HOLDERS), bound = nil, exact = false}
+end
+
+-- May a caller with `limit` become a holder beside the current ones?
+local function admissible(state, limit)
+  if state.n >= limit then return false end
+  if state.n == 0 then return true end
+  if state.bound == nil then
+    state.bound = tonumber(redis.call('HGET', INFO, LIMIT_FIELD) or '0')
+    if state.bound == 0 then  -- missing (lost info, older version): compute it
+      state.bound, state.exact = recompute_holders_limit(), true
+    end
+  end
+  if state.n < state.bound then return true end
+  if not state.exact then
+    state.bound, state.exact = recompute_holders_limit(), true
+    return state.n < state.bound
+  end
+  return false
+end
+
+-- Make `owner` a holder (the caller checked admissible(state, limit)).
+local function add_holder(state, owner, ttl_ms, limit, meta)
+  local token = next_token()
+  local bound = limit
+  if state.n > 0 then bound = math.min(state.bound or recompute_holders_limit(), limit) end
+  redis.call('ZADD', HOLDERS, NOW_MS + ttl_ms, owner)
+  redis.call('HSET', INFO, owner, string.format('%d:%d:%d:%d:', token, NOW_MS, ttl_ms, limit) .. meta,
+    LIMIT_FIELD, bound)
+  state.n, state.bound = state.n + 1, bound
+  return token
+end
+
+-- How long a queue entry of a waiter with this ttl lives unrenewed: its ttl
+-- (so a dead waiter is skipped about as soon as a dead holder's slot frees),
+-- at least MIN_WAIT_LEASE_MS, at most max_ms.
+local function wait_lease(ttl_ms, max_ms)
+  return math.min(max_ms, math.max(ttl_ms, MIN_WAIT_LEASE_MS))
+end
+
+-- A queue entry as expiry_ms, ttl_ms, limit (1 for older entries: they
+-- carry none), meta, and whether it was written by this version.
+local function parse_qinfo(entry)
+  local expiry, ttl_ms, limit, meta = string.match(entry, '^(%d+):(%d+):(%d+):(.*)$')
+  if expiry then return tonumber(expiry), tonumber(ttl_ms), tonumber(limit), meta, true end
+  expiry, ttl_ms, meta = string.match(entry, '^(%d+):(%d+):(.*)$')
+  return tonumber(expiry), tonumber(ttl_ms), 1, meta, false
+end
+
+-- The first waiter in arrival order whose wait lease is still alive;
+-- lapsed waiters met on the way are removed.  Returns owner, qinfo or nil.
+local function live_head()
+  while true do
+    local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
+    if not head then return nil end
+    local entry = redis.call('HGET', QINFO, head)
+    if entry and tonumber(string.match(entry, '^(%d+)')) > NOW_MS then
+      return head, entry
+    end
+    remove_members(QUEUE, QINFO, {head})
+    redis.call('DEL', WAKE .. head)
+  end
+end
+
+-- Absolute expiry (ms) of the earliest-expiring holder, or nil.
+local function earliest_expiry()
+  local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
+  if first[2] then return tonumber(first[2]) end
+  return nil
+end
+
+-- Hand free slots to live waiters in arrival order, each admitted by its
+-- own limit (see THE INVARIANT); stop at the first that cannot be admitted.
+-- Each promoted waiter becomes a holder and gets its fencing token pushed
+-- onto its wake list.  If a waiter is left at the head and would sleep past
+-- the earliest lease now held, it is nudged (unless it is `asker`, the
+-- caller of this script, which learns the new expiry from the reply).
+-- Returns how many were promoted
+-- and the live waiter left at the head (nil if none): while there is one, no
+-- newcomer may be granted a slot.
+local function promote(state, wake_ms, asker)
+  local promoted = 0
+  while true do
+    local head, entry = live_head()
+    if not head then return promoted, nil end
+    local expiry, ttl_ms, limit, meta, current = parse_qinfo(entry)
+    if not admissible(state, limit) then
+      -- It asks again by itself at expiry - wait_lease/2 (see acquire.lua).
+      -- Older waiters would take a nudge for a token: never nudge them.
+      local first = earliest_expiry()
+      if promoted > 0 and current and first and head ~= asker
+          and expiry - math.floor(wait_lease(ttl_ms, wake_ms) / 2) > first then
+        redis.call('RPUSH', WAKE .. head, NUDGE)
+        redis.call('PEXPIRE', WAKE .. head, wake_ms)
+      end
+      return promoted, head
+    end
+    remove_members(QUEUE, QINFO, {head})
+    local token = add_holder(state, head, ttl_ms, limit, meta)
+    redis.call('RPUSH', WAKE .. head, string.format('%d', token))
+    redis.call('PEXPIRE', WAKE .. head, wake_ms)
+    promoted = promoted + 1
+  end
+end

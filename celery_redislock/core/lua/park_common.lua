@@ -1,0 +1,122 @@
+-- park_common.lua: prepended (after common.lua) to every park_*.lua script.
+--
+-- Parked work of one name lives beside its lease set, under the same hash
+-- tag {name}, so one call touches one cluster slot:
+--   KEYS[1..6]        the lease set's keys (see common.lua); a *reservation*
+--                     is a holder entry "rsv.<task id>" whose score is its
+--                     deadline, so it counts against the limit everywhere
+--                     (acquire, inspect, purge) and lapses by itself.
+--   KEYS[7]  park     ZSET  parked task id -> sequence number (FIFO order)
+--   KEYS[8]  parked   HASH  parked task id -> "seq|expires_ms|enqueued_ms|envelope"
+--   KEYS[9]  inflight HASH  reserved task id -> "token|deadline_ms|seq|expires_ms|enqueued_ms|envelope"
+--                     (published with its promotion token, not yet arrived)
+--   KEYS[10] pmeta    HASH  {limit = last limit seen, seq = last sequence number}
+--   KEYS[11] index    ZSET  name -> Redis time (ms) at which the sweeper should
+--                     look at the name.  Only on a single server: on a
+--                     cluster it lives in another slot, so it is left out of
+--                     KEYS and the caller updates it from the reply.
+--   KEYS[12] total    STRING  tasks parked over all names (single server only,
+--                     like the index; redislock_park_max_total needs it).
+-- ARGV[1] is always the name (the index member).
+-- Times are Redis TIME (NOW_MS from common.lua); expires_ms = 0 means never.
+
+local PARK, PARKED, INFLIGHT, PMETA = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local INDEX, TOTAL = KEYS[11], KEYS[12]
+local PNAME = ARGV[1]
+
+local function rsv(id) return 'rsv.' .. id end
+
+local function split(entry, n)
+  local out, pos = {}, 1
+  for i = 1, n - 1 do
+    local bar = string.find(entry, '|', pos, true)
+    out[i] = string.sub(entry, pos, bar - 1)
+    pos = bar + 1
+  end
+  out[n] = string.sub(entry, pos)
+  return out
+end
+
+local function stored_limit(limit)
+  if limit and limit > 0 then
+    redis.call('HSET', PMETA, 'limit', limit)
+    return limit
+  end
+  return tonumber(redis.call('HGET', PMETA, 'limit') or '1')
+end
+
+-- park() and unpark() are the only writers of PARK, so TOTAL follows every
+-- change of it (counted by what ZADD / ZREM did, so a repeat cannot drift it);
+-- at zero the key is deleted, so nothing is left once no task is parked.
+local function park(id, seq, expires_ms, enqueued_ms, envelope)
+  if redis.call('ZADD', PARK, seq, id) == 1 and TOTAL then redis.call('INCR', TOTAL) end
+  redis.call('HSET', PARKED, id, string.format('%d|%d|%d|', seq, expires_ms, enqueued_ms) .. envelope)
+end
+
+local function unpark(id)
+  if redis.call('ZREM', PARK, id) == 1 and TOTAL and redis.call('DECR', TOTAL) <= 0 then
+    redis.call('DEL', TOTAL)
+  end
+  redis.call('HDEL', PARKED, id)
+end
+
+-- Reserve a slot for `id` until NOW + deadline_ms, as a holder entry with the
+-- name's limit (the caller checked admissible(state, limit), see common.lua);
+-- returns the promotion token (a fencing token of the name, so unique and
+-- increasing).
+local function reserve(state, id, seq, expires_ms, enqueued_ms, envelope, deadline_ms, limit)
+  local meta = cjson.encode({reserved = true, task_id = id})
+  local token = add_holder(state, rsv(id), deadline_ms, limit, meta)
+  redis.call('HSET', INFLIGHT, id, string.format('%d|%d|%d|%d|%d|', token, NOW_MS + deadline_ms,
+    seq, expires_ms, enqueued_ms) .. envelope)
+  return token
+end
+
+local function unreserve(id)
+  redis.call('ZREM', HOLDERS, rsv(id))
+  redis.call('HDEL', INFO, rsv(id))
+  redis.call('HDEL', INFLIGHT, id)
+end
+
+-- In-flight reservations past their deadline go back to the head of the
+-- park list (their original sequence number), so they are re-published with a
+-- new token; a late copy of the old message then no longer matches.
+local function reclaim_overdue()
+  local raw = redis.call('HGETALL', INFLIGHT)
+  local n = 0
+  for i = 1, #raw, 2 do
+    local f = split(raw[i + 1], 6)
+    if tonumber(f[2]) <= NOW_MS then
+      unreserve(raw[i])
+      park(raw[i], tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), f[6])
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- When the sweeper should look at this name next (ms, Redis time), or -1:
+-- now if work is parked and a slot is free; else the earliest holder expiry
+-- (a holder that dies frees its slot then) or in-flight deadline.
+local function next_due(limit)
+  local due = -1
+  local function at(ms) if due < 0 or ms < due then due = ms end end
+  if redis.call('ZCARD', PARK) > 0 then
+    if redis.call('ZCARD', HOLDERS) < limit then
+      at(NOW_MS)
+    else
+      local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
+      if first[2] then at(tonumber(first[2])) else at(NOW_MS) end
+    end
+  end
+  for _, entry in ipairs(redis.call('HVALS', INFLIGHT)) do
+    at(tonumber(split(entry, 3)[2]))
+  end
+  if due < 0 and redis.call('EXISTS', PARK, INFLIGHT) == 0 then
+    redis.call('DEL', PMETA)
+  end
+  if INDEX then
+    if due < 0 then redis.call('ZREM', INDEX, PNAME) else redis.call('ZADD', INDEX, due, PNAME) end
+  end
+  return due
+end

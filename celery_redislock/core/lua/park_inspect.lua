@@ -1,0 +1,26 @@
+-- park_inspect.lua: read-only counts (and optionally the first entries) of
+-- one name's parked work, for status and listing.
+-- KEYS: the eleven keys of park_common.lua (KEYS[11] unused).
+-- ARGV[1] name
+-- ARGV[2] count    how many parked entries to list (0: none)
+-- Returns {now_ms, parked, oldest_enqueued_ms (0: none), inflight, overdue,
+--          {task_id, enqueued_ms, expires_ms, envelope, ...}}.
+
+local count = tonumber(ARGV[2])
+local parked = redis.call('ZCARD', PARK)
+local oldest = 0
+local listed = {}
+local n = math.max(count, 1)
+for _, id in ipairs(redis.call('ZRANGE', PARK, 0, n - 1)) do
+  local f = split(redis.call('HGET', PARKED, id) or '0|0|0|', 4)
+  if oldest == 0 or tonumber(f[3]) < oldest then oldest = tonumber(f[3]) end
+  if count > 0 then
+    for _, v in ipairs({id, f[3], f[2], f[4]}) do listed[#listed + 1] = v end
+  end
+end
+local inflight, overdue = 0, 0
+for _, entry in ipairs(redis.call('HVALS', INFLIGHT)) do
+  inflight = inflight + 1
+  if tonumber(split(entry, 3)[2]) <= NOW_MS then overdue = overdue + 1 end
+end
+return {NOW_MS, parked, oldest, inflight, overdue, listed}

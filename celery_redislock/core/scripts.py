@@ -1,0 +1,109 @@
+"""The Lua scripts, loaded from ``lua/*.lua`` and run with EVALSHA.
+
+Like BullMQ's commands, each operation is one named script file; shared
+helpers are includes prepended to it: ``common.lua`` (the lease-set keys,
+the invariant, fencing, promotion) for ``acquire``, ``release`` and the park
+scripts, which also get ``park_common.lua``.  This module is the
+only place that reads a ``.lua`` file.
+Every operation on shared state is exactly one of these scripts, so it is
+atomic and costs one round trip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from .acl import explain
+
+__all__ = [
+    "ACQUIRE",
+    "DEDUPE",
+    "FENCED_WRITE",
+    "INSPECT",
+    "PARK_CLAIM",
+    "PARK_DROP",
+    "PARK_DUE",
+    "PARK_ENQUEUE",
+    "PARK_INSPECT",
+    "PARK_PROMOTE",
+    "REFRESH",
+    "REFRESH_PREFIX",
+    "RELEASE",
+    "TOUCH_FENCE",
+    "LuaScript",
+    "text",
+]
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath("lua").joinpath(name).read_text("utf-8")
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    name: str
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode("utf-8")).hexdigest())
+
+    def __call__(self, client: Any, keys: Sequence[str | bytes], args: list[Any]) -> Any:
+        """Run on ``client`` (a redis-py client), loading the script on NOSCRIPT.
+
+        An ACL denial is re-raised as ``NoPermissionError`` naming the command
+        or keys denied (see acl.py).
+        """
+        try:
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                client.script_load(self.source)
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+        except ResponseError as exc:
+            clearer = explain(exc, self.name, self.source, [text(k) for k in keys])
+            if clearer is None:
+                raise
+            raise clearer from exc
+
+    def queue(self, pipeline: Any, keys: Sequence[str | bytes], args: list[Any]) -> None:
+        """Queue on a pipeline (run :meth:`ensure_loaded` on its client first)."""
+        pipeline.evalsha(self.sha, len(keys), *keys, *args)
+
+    def ensure_loaded(self, client: Any) -> None:
+        client.script_load(self.source)
+
+
+def _script(name: str, *includes: str) -> LuaScript:
+    """The script ``name`` with the shared ``includes`` (.lua files) prepended."""
+    return LuaScript(name, "\n".join(_read(part) for part in (*includes, name)))
+
+
+LEASE_SET = ("common.lua",)  # the lease-set keys and helpers
+PARKING = ("common.lua", "park_common.lua")  # plus the park policy's keys (parking.py)
+
+ACQUIRE = _script("acquire.lua", *LEASE_SET)
+RELEASE = _script("release.lua", *LEASE_SET)
+INSPECT = _script("inspect.lua")
+REFRESH = _script("refresh.lua")
+REFRESH_PREFIX = _script("refresh_prefix.lua")
+TOUCH_FENCE = _script("touch_fence.lua")
+DEDUPE = _script("dedupe.lua")
+FENCED_WRITE = _script("fenced_write.lua")
+PARK_ENQUEUE = _script("park_enqueue.lua", *PARKING)
+PARK_CLAIM = _script("park_claim.lua", *PARKING)
+PARK_PROMOTE = _script("park_promote.lua", *PARKING)
+PARK_DROP = _script("park_drop.lua", *PARKING)
+PARK_INSPECT = _script("park_inspect.lua", *PARKING)
+PARK_DUE = _script("park_due.lua")
+
+
+def text(value: str | bytes) -> str:
+    """A Redis reply (bytes unless the client decodes) as text."""
+    return value.decode("utf-8") if isinstance(value, bytes) else value

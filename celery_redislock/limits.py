@@ -1,0 +1,132 @@
+"""Slot limits of a :class:`~celery_redislock.SemaphoreTask`: a number, or a callable per call.
+
+``semaphore_limit`` is either an ``int >= 1`` or a callable of the task's
+arguments, evaluated for every run (and by the clean-up of a dead run)::
+
+    semaphore_limit=lambda account_id, **_: plan_limit(account_id)
+
+How the callable is called: the call's arguments are bound to the task's
+signature with defaults applied, and passed **by keyword**: each parameter
+the callable names gets the task argument of that name; a callable with
+``**kwargs`` gets all named task parameters (plus the contents of the task's
+own ``**kwargs``).  The task's ``*args`` are never passed.
+
+Checked when the task class is created (as key templates are): every
+parameter the callable names must be a parameter of the task, none may be
+positional-only.  Checked at every evaluation: the result is an ``int >= 1``
+(not a ``bool``), else :class:`TypeError` / :class:`ValueError` naming the
+task and the arguments; the task then fails without running its body.
+
+Not guaranteed: that the callable returns the same value for a run and for
+its clean-up, or that it is cheap; it runs once per execution attempt
+(every requeue of the ``retry`` policy asks again, which is what lets a
+raised limit take effect at once).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["SlotLimit", "check_limit_value"]
+
+
+def check_limit_value(value: object, what: str) -> int:
+    """``value`` if it is an ``int >= 1`` (not a bool), else a precise error about ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int >= 1, got {type(value).__name__}: {value!r}")
+    if value < 1:
+        raise ValueError(f"{what} must be >= 1, got {value}")
+    return int(value)
+
+
+class SlotLimit:
+    """The ``semaphore_limit`` of one task: a fixed number or a callable of its arguments.
+
+    ``signature`` is the signature of the task's ``run`` as callers see it
+    (without ``self``); ``task`` names the task in error messages.
+    """
+
+    def __init__(self, spec: object, signature: inspect.Signature, task: str) -> None:
+        self.task = task
+        self.signature = signature
+        self.fixed: int | None = None
+        self._function: Callable[..., Any] | None = None
+        self._names: tuple[str, ...] = ()
+        self._takes_all = False
+        if not callable(spec):
+            self.fixed = check_limit_value(spec, f"task {task}: semaphore_limit")
+            return
+        self._function = spec
+        try:
+            own = inspect.signature(spec)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"task {task}: cannot read the signature of the semaphore_limit callable "
+                f"{spec!r}: {exc}"
+            ) from exc
+        task_params = {
+            name: p
+            for name, p in signature.parameters.items()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        names = []
+        for name, param in own.parameters.items():
+            if param.kind is param.VAR_KEYWORD:
+                self._takes_all = True
+            elif param.kind is param.VAR_POSITIONAL:
+                continue
+            elif param.kind is param.POSITIONAL_ONLY:
+                raise TypeError(
+                    f"task {task}: the semaphore_limit callable's parameter {name!r} is "
+                    "positional-only; it is called with the task's arguments by keyword"
+                )
+            elif name not in task_params:
+                raise ValueError(
+                    f"task {task}: the semaphore_limit callable's parameter {name!r} is not a "
+                    f"parameter of the task (parameters: {', '.join(task_params) or 'none'})"
+                )
+            else:
+                names.append(name)
+        self._names = tuple(names)
+
+    @property
+    def is_callable(self) -> bool:
+        return self._function is not None
+
+    def for_call(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> int:
+        """The limit of a call; without its arguments, only a fixed limit has one."""
+        if self.is_callable and args is None and kwargs is None:
+            raise TypeError(
+                f"task {self.task}: semaphore_limit is a callable of the task's arguments; "
+                "give the call's args/kwargs (or limit=)"
+            )
+        return self(args or (), kwargs or {})
+
+    def __call__(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+        """The limit for a call with these arguments (validated)."""
+        if self._function is None:
+            assert self.fixed is not None
+            return self.fixed
+        try:
+            bound = self.signature.bind(*tuple(args or ()), **dict(kwargs or {}))
+        except TypeError as exc:
+            raise TypeError(
+                f"task {self.task}: cannot evaluate semaphore_limit: arguments {args!r} "
+                f"{kwargs!r} do not bind to the task's signature {self.signature}: {exc}"
+            ) from exc
+        bound.apply_defaults()
+        given: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            kind = self.signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                if self._takes_all:
+                    given.update(value)
+            elif kind is not inspect.Parameter.VAR_POSITIONAL and (
+                self._takes_all or name in self._names
+            ):
+                given[name] = value
+        shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        value = self._function(**given)
+        return check_limit_value(value, f"task {self.task}: semaphore_limit({shown})")

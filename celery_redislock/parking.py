@@ -1,0 +1,756 @@
+"""The ``park`` contention policy: contended tasks wait in Redis, not in the broker.
+
+See docs/park.md for the state machine.  In short, per lock name:
+
+* **enqueue** (``apply_async``): one ``park_enqueue.lua`` call decides.  If the
+  name is full (holders + reservations reach the limit) or anything is
+  parked, the message Celery built is stored in the name's park list and not
+  published (state ``PARKED``).  Otherwise a slot is *reserved* (a holder
+  entry ``rsv.<task id>`` with a deadline) and the message is published with
+  the reservation's promotion token in a header.
+* **arrival** (worker): a message with a token turns its reservation into the
+  lease only if the token matches (``park_claim.lua``); any other copy is
+  acked and dropped.  A message without a token (beat, ``send_task``, a
+  countdown retry) goes through the same admission as at enqueue: it runs if
+  a slot is free and nothing is parked, else it is parked by that same call
+  and acked (``Ignore``).
+* **promotion**: after a park-policy task releases, ``park_promote.lua``
+  reserves every free slot for the parked tasks at the head of the list and
+  the releasing process re-publishes their stored messages (anonymous
+  exchange, the queue they were routed to).
+* **sweeper**: a thread in every worker's main process asks Redis once per
+  interval which names are due (``park_due.lua`` on the index of names with
+  parked work) and runs the promotion for them: overdue reservations (lost
+  publish, dead publisher) are re-published with a new token, and slots
+  freed by dead holders or a raised limit are filled, all of them at once.
+
+Guaranteed (single Redis): a parked task is published only with a
+reservation, so at most ``limit`` tasks of a name are held, reserved or in
+the broker through this path; a reservation lapses at its deadline and is
+re-published; a copy with a stale token never runs.  Not guaranteed: parked
+tasks survive the loss of the lock Redis (a warning at worker start says so
+when it persists nothing); custom priorities within a name (the park list is
+FIFO).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import signals as celery_signals
+from celery.exceptions import Ignore
+from kombu.serialization import dumps as _kombu_dumps
+from kombu.utils import json as _kombu_json
+from redis.exceptions import RedisError
+
+from . import signals
+from .core.errors import LockContended
+from .core.heartbeat import is_cluster
+from .core.keys import LeaseKeys
+from .core.leaseset import LeaseSet
+from .core.owners import new_owner
+from .core.scripts import (
+    PARK_CLAIM,
+    PARK_DROP,
+    PARK_DUE,
+    PARK_ENQUEUE,
+    PARK_INSPECT,
+    PARK_PROMOTE,
+    text,
+)
+from .options import HEADER_PARK_TOKEN, header
+from .settings import client_for
+
+__all__ = [
+    "HEADER_PARK_TOKEN",
+    "PARKED",
+    "ParkFull",
+    "ParkStatus",
+    "Parking",
+    "Sweeper",
+    "discard",
+    "park_settings",
+    "promote",
+    "revoke",
+    "status",
+]
+
+log = logging.getLogger("celery_redislock")
+
+PARKED = "PARKED"
+PROMOTE_BATCH = 100
+REVOKE_MEMORY = 7 * 24 * 3600  # seconds a revoke record of a parked task is kept
+
+
+class ParkFull(LockContended):
+    """A park bound is reached: the name's (``redislock_park_max``) or the one over
+    all names (``redislock_park_max_total``).  The task was not stored."""
+
+
+@dataclass(frozen=True)
+class ParkSettings:
+    deadline: float = 60.0  # seconds a reservation waits for its message
+    max_parked: int = 0  # per name; 0: no bound
+    sweep_interval: float = 1.0
+    max_total: int = 0  # over all names; 0: no bound
+
+
+def park_settings(app: Any) -> ParkSettings:
+    """``redislock_park_deadline``, ``redislock_park_max``, ``redislock_park_max_total``,
+    ``redislock_park_sweep_interval``."""
+    conf = app.conf
+    deadline = conf.get("redislock_park_deadline", 60.0)
+    max_parked = conf.get("redislock_park_max", 0) or 0
+    max_total = conf.get("redislock_park_max_total", 0) or 0
+    interval = conf.get("redislock_park_sweep_interval", 1.0)
+    for what, value in (("redislock_park_deadline", deadline), ("sweep interval", interval)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
+    counts = (("redislock_park_max", max_parked), ("redislock_park_max_total", max_total))
+    for what, count in counts:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"{what} must be an int >= 0, got {count!r}")
+    return ParkSettings(float(deadline), max_parked, float(interval), max_total)
+
+
+def index_key(prefix: str) -> str:
+    """The index of names with parked or in-flight work (its own slot on a cluster)."""
+    return f"{prefix}:{{park:index}}"
+
+
+def total_key(prefix: str) -> str:
+    """The count of tasks parked over all names (kept by the park scripts)."""
+    return f"{prefix}:{{park:index}}:total"
+
+
+def _revoke_key(prefix: str, task_id: str) -> str:
+    return f"{prefix}:park-revoked:{task_id}"
+
+
+def json_dumps(value: Any) -> str:
+    """kombu's JSON (datetimes, UUIDs, bytes as Celery sends them)."""
+    return str(_kombu_json.dumps(value))  # type: ignore[no-untyped-call]
+
+
+def json_loads(raw: str) -> Any:
+    return _kombu_json.loads(raw)  # type: ignore[no-untyped-call]
+
+
+def kombu_dumps(body: Any, serializer: str) -> tuple[str, str, str | bytes]:
+    content_type, content_encoding, data = _kombu_dumps(body, serializer=serializer)  # type: ignore[no-untyped-call]
+    return str(content_type), str(content_encoding), data
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+@dataclass
+class ParkStatus:
+    """One name's parked work, as Redis sees it."""
+
+    name: str
+    parked: int
+    oldest_age: float | None  # seconds since the oldest parked task was enqueued
+    in_flight: int  # reservations published, not yet arrived
+    overdue: int  # of those, past their deadline (the sweeper re-publishes them)
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Parking:
+    """The park operations of one name: each is one Lua call."""
+
+    def __init__(self, client: Any, prefix: str, name: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.name = name
+        self.cluster = is_cluster(client)
+        base = LeaseKeys(prefix, name)
+        keys = base.script_keys() + [
+            f"{base.base}:{k}" for k in ("park", "parked", "inflight", "pmeta")
+        ]
+        self.index = index_key(prefix)
+        # On a cluster the index is in another slot: updated from the reply;
+        # the total over all names cannot be kept there (see _check_total).
+        self.keys = keys if self.cluster else [*keys, self.index, total_key(prefix)]
+
+    def _call(self, script: Any, args: list[Any]) -> Any:
+        if self.cluster:
+            # Registered first, so a crash after the call cannot leave parked
+            # work out of the index; the reply's due time corrects the score.
+            self.client.zadd(self.index, {self.name: 0}, nx=True)
+        reply = script(self.client, self.keys, [self.name, *args])
+        if self.cluster:
+            due = int(reply[-1] if script is not PARK_PROMOTE else reply[0])
+            if due < 0:
+                self.client.zrem(self.index, self.name)
+            else:
+                self.client.zadd(self.index, {self.name: due})
+        return reply
+
+    def admit(
+        self,
+        mode: str,
+        task_id: str,
+        limit: int,
+        envelope: str,
+        expires_in: float,
+        deadline: float,
+        max_parked: int,
+        owner: str = "",
+        ttl: float = 0.0,
+        meta: str = "",
+        max_total: int = 0,
+    ) -> tuple[str, Any]:
+        if max_total and self.cluster:
+            raise ValueError(
+                "redislock_park_max_total needs a single Redis server: on a cluster the "
+                "total over all names spans slots (use redislock_park_max per name)"
+            )
+        reply = self._call(
+            PARK_ENQUEUE,
+            [mode, task_id, limit, envelope, _ms(expires_in) if expires_in > 0 else 0,
+             _ms(deadline), max_parked, owner, _ms(ttl) if ttl else 0, meta, max_total],
+        )  # fmt: skip
+        return text(reply[0]), reply[1]
+
+    def claim(
+        self, task_id: str, token: str, owner: str, ttl: float, meta: str, limit: int
+    ) -> tuple[str, Any]:
+        reply = self._call(PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, limit])
+        return text(reply[0]), reply[1]
+
+    def promote(self, limit: int, deadline: float) -> list[tuple[str, str, int, str]]:
+        reply = self._call(PARK_PROMOTE, [limit, _ms(deadline), PROMOTE_BATCH])
+        items = reply[1:]
+        return [
+            (text(items[i]), text(items[i + 1]), int(items[i + 2]), text(items[i + 3]))
+            for i in range(0, len(items), 4)
+        ]
+
+    def drop(self, task_id: str, token: str = "") -> tuple[str, str]:
+        reply = self._call(PARK_DROP, [task_id, token])
+        return text(reply[0]), text(reply[1])
+
+    def status(self, count: int = 0) -> ParkStatus:
+        now_ms, parked, oldest, inflight, overdue, listed = PARK_INSPECT(
+            self.client, self.keys, [self.name, count]
+        )
+        entries = []
+        for i in range(0, len(listed), 4):
+            env = json_loads(text(listed[i + 3]))
+            entries.append(
+                {
+                    "task_id": text(listed[i]),
+                    "task": env.get("task"),
+                    "age": (int(now_ms) - int(listed[i + 1])) / 1000,
+                    "expires_in": (int(listed[i + 2]) - int(now_ms)) / 1000
+                    if int(listed[i + 2])
+                    else None,
+                    "argsrepr": env.get("headers", {}).get("argsrepr"),
+                }
+            )
+        return ParkStatus(
+            self.name,
+            int(parked),
+            (int(now_ms) - int(oldest)) / 1000 if int(oldest) else None,
+            int(inflight),
+            int(overdue),
+            entries,
+        )
+
+
+# -- the stored message -----------------------------------------------------
+
+_CALL_OPTIONS = {
+    "exchange", "routing_key", "queue", "event_dispatcher", "retry", "retry_policy",
+    "serializer", "delivery_mode", "compression", "declare", "headers", "exchange_type",
+    "timeout", "confirm_timeout",
+}  # fmt: skip
+_PROTOCOL_HEADERS = (
+    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
+    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
+    "replaced_task_nesting", "stamped_headers", "stamps", "compression",
+)  # fmt: skip
+
+
+def _queue_name(app: Any, queue: Any, exchange: Any) -> str | None:
+    if queue is None and exchange is None:
+        return str(app.amqp.default_queue.name)
+    if isinstance(queue, str):
+        return queue
+    return getattr(queue, "name", None)
+
+
+def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The message ``app.amqp.send_task_message`` is about to publish, as stored."""
+    headers, properties, body, _ = message
+    headers = {**headers, **(options.get("headers") or {})}
+    serializer = options.get("serializer") or app.conf.task_serializer
+    content_type, content_encoding, data = kombu_dumps(body, serializer=serializer)
+    extra = {k: v for k, v in options.items() if k not in _CALL_OPTIONS}
+    props = {**properties, **extra}
+    exchange = options.get("exchange")
+    return {
+        "task": headers.get("task"),
+        "headers": headers,
+        "body": _b64(data),
+        "content_type": content_type,
+        "content_encoding": content_encoding,
+        "compression": options.get("compression"),
+        "properties": _publish_properties(props, options.get("delivery_mode")),
+        "exchange": getattr(exchange, "name", exchange) or "",
+        "routing_key": options.get("routing_key") or "",
+        "queue": _queue_name(app, options.get("queue"), exchange),
+    }
+
+
+def envelope_of_request(
+    task: Any, request: Any, args: Sequence[Any], kwargs: Any
+) -> dict[str, Any]:
+    """The message a worker received, rebuilt from the request in the pool child.
+
+    Body (args, kwargs, callbacks/errbacks/chain/chord), Celery's protocol
+    headers and the custom headers, delivery properties, exchange and routing
+    key as delivered.  The queue is the routing key when a queue of that name
+    is known to the app.
+    """
+    headers = {k: getattr(request, k, None) for k in _PROTOCOL_HEADERS}
+    headers["lang"] = headers["lang"] or "py"
+    headers["task"] = task.name
+    headers.update(request.headers or {})
+    headers.pop(HEADER_PARK_TOKEN, None)
+    embed = {
+        "callbacks": request.callbacks,
+        "errbacks": request.errbacks,
+        "chain": request.chain,
+        "chord": request.chord,
+    }
+    content_type, content_encoding, data = kombu_dumps(
+        (list(args), dict(kwargs), embed), serializer=task.serializer
+    )
+    delivery = request.delivery_info or {}
+    props = dict(request.properties or {})
+    props["priority"] = delivery.get("priority", props.get("priority"))
+    routing_key = delivery.get("routing_key") or ""
+    queue = routing_key if routing_key in task.app.amqp.queues else None
+    return {
+        "task": task.name,
+        "headers": headers,
+        "body": _b64(data),
+        "content_type": content_type,
+        "content_encoding": content_encoding,
+        "compression": headers.get("compression"),
+        "properties": _publish_properties(props, props.get("delivery_mode")),
+        "exchange": delivery.get("exchange") or "",
+        "routing_key": routing_key,
+        "queue": queue,
+    }
+
+
+def _publish_properties(props: Mapping[str, Any], delivery_mode: Any) -> dict[str, Any]:
+    out = {k: props.get(k) for k in ("correlation_id", "reply_to", "priority")}
+    out["delivery_mode"] = delivery_mode or props.get("delivery_mode") or 2
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _b64(data: str | bytes) -> str:
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    return base64.b64encode(raw).decode("ascii")
+
+
+def republish(app: Any, envelope: Mapping[str, Any], token: int) -> None:
+    """Publish a stored message again: same task id, the token in a header,
+    no (past) eta, to the queue it was routed to through the anonymous
+    exchange (which cannot drop it for want of a binding)."""
+    headers = dict(envelope["headers"])
+    headers[HEADER_PARK_TOKEN] = str(token)
+    headers["eta"] = None
+    queue = envelope.get("queue")
+    exchange, routing_key = (
+        ("", queue) if queue else (envelope["exchange"], envelope["routing_key"])
+    )
+    with app.producer_or_acquire(None) as producer:
+        producer.publish(
+            base64.b64decode(envelope["body"]),
+            exchange=exchange,
+            routing_key=routing_key,
+            headers=headers,
+            content_type=envelope["content_type"],
+            content_encoding=envelope["content_encoding"],
+            compression=envelope.get("compression"),
+            retry=True,
+            retry_policy=app.conf.task_publish_retry_policy,
+            **envelope["properties"],
+        )
+
+
+# -- enqueue ------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    task: Any
+    name: str
+    task_id: str
+    limit: int
+    outcome: str = ""
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("redislock_park", default=None)
+_INSTALL_LOCK = threading.Lock()
+
+
+def _install_sender(app: Any) -> None:
+    """Wrap ``app.amqp.send_task_message`` once: a park call decides there,
+    with the message exactly as Celery built it (routing done)."""
+    amqp = app.amqp
+    if getattr(amqp, "_redislock_park_sender", False):
+        return
+    with _INSTALL_LOCK:
+        if getattr(amqp, "_redislock_park_sender", False):
+            return
+        original = amqp.send_task_message
+
+        def send_task_message(producer: Any, name: str, message: Any, **options: Any) -> Any:
+            call = _CALL.get()
+            if call is None or message.headers.get("id") != call.task_id:
+                return original(producer, name, message, **options)
+            _CALL.set(None)  # only this one message (not callbacks it may publish)
+            token = _enqueue(call, envelope_of_publish(app, message, options))
+            if token is None:
+                return None
+            message.headers[HEADER_PARK_TOKEN] = str(token)
+            try:
+                return original(producer, name, message, **options)
+            except BaseException:
+                with contextlib.suppress(RedisError):
+                    client, settings = client_for(app)
+                    Parking(client, settings.prefix, call.name).drop(call.task_id, str(token))
+                raise
+
+        amqp.send_task_message = send_task_message
+        amqp._redislock_park_sender = True
+
+
+def _expires_in(headers: Mapping[str, Any], app: Any) -> float:
+    expires = headers.get("expires")
+    if not expires:
+        return 0.0
+    from celery.utils.time import maybe_iso8601, maybe_make_aware
+
+    when = maybe_make_aware(maybe_iso8601(expires))
+    return max(float((when - app.now()).total_seconds()), 0.001)
+
+
+def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
+    """The enqueue decision; returns the token to publish with, or None when parked."""
+    task = call.task
+    client, settings = client_for(task.app)
+    park = park_settings(task.app)
+    outcome, value = Parking(client, settings.prefix, call.name).admit(
+        "enqueue", call.task_id, call.limit, json_dumps(envelope),
+        _expires_in(envelope["headers"], task.app), park.deadline, park.max_parked,
+        max_total=park.max_total,
+    )  # fmt: skip
+    call.outcome = outcome
+    if outcome == "reserved":
+        return int(value)
+    _raise_if_bounded(outcome, value, call.name, f"{task.name}[{call.task_id}] not enqueued")
+    if outcome == "parked":
+        _parked(task, call.task_id, call.name, "enqueue", int(value))
+    return None
+
+
+def _raise_if_bounded(outcome: str, value: Any, name: str, what: str) -> None:
+    if outcome == "bounded":
+        raise ParkFull(
+            f"{name!r}: {value} tasks parked, the bound (redislock_park_max); {what}",
+            name,
+            "park",
+        )
+    if outcome == "bounded_total":
+        raise ParkFull(
+            f"{value} tasks parked over all names, the bound (redislock_park_max_total); "
+            f"{name!r}: {what}",
+            name,
+            "park",
+        )
+
+
+def apply_async(task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any]) -> Any:
+    """Run ``send`` (Celery's ``apply_async``) with the park decision at publish."""
+    _install_sender(task.app)
+    call = _Call(task, name, task_id, limit)
+    reset = _CALL.set(call)
+    try:
+        return send()
+    finally:
+        _CALL.reset(reset)
+
+
+def _parked(task: Any, task_id: str, name: str, where: str, count: int) -> None:
+    log.info("%s[%s] parked (%s): %r is full, %d parked", task.name, task_id, where, name, count)
+    _store_state(task.app, task_id, PARKED, {"lock": name, "where": where})
+    signals.lock_parked.send(
+        sender=task, task_id=task_id, name=name, kind=task._redislock_kind, where=where,
+        parked=count,
+    )  # fmt: skip
+
+
+def _store_state(app: Any, task_id: str, state: str, meta: dict[str, Any]) -> None:
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        app.backend.store_result(task_id, meta, state)
+
+
+# -- arrival (pool child) ---------------------------------------------------
+
+
+def admit(
+    task: Any, request: Any, args: Sequence[Any], kwargs: Any, lease_set: LeaseSet
+) -> LeaseSet:
+    """Run-time admission of a park-policy task; returns the held lease set or
+    raises ``Ignore`` (parked, or a copy that must not run) / ``ParkFull``."""
+    name, task_id = lease_set.name, request.id
+    parking = Parking(lease_set.client, lease_set.keys.prefix, name)
+    owner = new_owner(lease_set.owner_prefix)
+    meta = f'{lease_set._meta_head}"pid": {os.getpid()}}}'
+    token = header(request, HEADER_PARK_TOKEN)
+    sent_at = time.monotonic()
+    park = park_settings(task.app)
+    outcome, value = "", ""
+    if token is not None:
+        outcome, value = parking.claim(
+            task_id, str(token), owner, lease_set.ttl, meta, lease_set.limit
+        )
+        if outcome == "drop" and text(value) == "not in flight" and _redelivered(request):
+            # The delivery that claimed this promotion died before its ack (the
+            # broker gave the message back; the main process released the
+            # lease): this copy is the task now, admitted like any message
+            # without a reservation.  At least once, as Celery delivers.
+            token = None
+    if token is None:
+        envelope = envelope_of_request(task, request, args, kwargs)
+        outcome, value = parking.admit(
+            "arrive", task_id, lease_set.limit, json_dumps(envelope),
+            _expires_in(envelope["headers"], task.app), park.deadline, park.max_parked,
+            owner, lease_set.ttl, meta, park.max_total,
+        )  # fmt: skip
+    if outcome == "held":
+        lease_set.adopt(owner, int(value), sent_at)
+        return lease_set
+    if outcome == "parked":
+        _parked(task, task_id, name, "arrive", int(value))
+        raise Ignore()
+    _raise_if_bounded(outcome, value, name, f"{task.name}[{task_id}] not parked")
+    log.info("%s[%s] dropped: a copy of a parked task (%s)", task.name, task_id, text(value))
+    raise Ignore()
+
+
+def _redelivered(request: Any) -> bool:
+    return bool((getattr(request, "delivery_info", None) or {}).get("redelivered"))
+
+
+# -- promotion --------------------------------------------------------------
+
+
+def promote(app: Any, name: str, limit: int = 0, client: Any = None, prefix: str = "") -> int:
+    """Fill the free slots of ``name`` from its park list and publish them.
+
+    Expired tasks are marked revoked (reason ``expired``), revoked ones are
+    dropped (their reservation passes on).  A publish that fails is logged;
+    its reservation lapses at the deadline and the sweeper re-publishes it.
+    Returns the number of messages published.
+    """
+    if client is None:
+        client, settings = client_for(app)
+        prefix = settings.prefix
+    parking = Parking(client, prefix, name)
+    deadline = park_settings(app).deadline
+    published = 0
+    for _ in range(1000):  # each round frees at least one revoked slot, or ends
+        again = False
+        for kind, task_id, token, raw in parking.promote(limit, deadline):
+            envelope = json_loads(raw)
+            if kind == "x":
+                log.warning("%s[%s] expired while parked: not run", envelope.get("task"), task_id)
+                _mark_revoked(app, task_id, "expired")
+                continue
+            if client.exists(_revoke_key(prefix, task_id)):
+                parking.drop(task_id, str(token))
+                _mark_revoked(app, task_id, "revoked")
+                again = True
+                continue
+            try:
+                republish(app, envelope, token)
+                published += 1
+            except Exception as exc:
+                log.error(
+                    "could not publish parked %s[%s] (%r); re-published after its deadline",
+                    envelope.get("task"), task_id, exc,
+                )  # fmt: skip
+        if not again:
+            break
+    return published
+
+
+def _mark_revoked(app: Any, task_id: str, reason: str) -> None:
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        app.backend.mark_as_revoked(task_id, reason)
+
+
+def after_release(task: Any, name: str, limit: int) -> None:
+    """The Python release path of a park-policy task: promote the next tasks."""
+    try:
+        promote(task.app, name, limit)
+    except RedisError as exc:
+        log.error("could not promote parked tasks of %r (%r); the sweeper will", name, exc)
+
+
+# -- revoke / discard / status --------------------------------------------
+
+
+def revoke(app: Any, task_id: str, name: str | None = None) -> str:
+    """Revoke a parked task: ``app.control.revoke`` for the workers, plus a
+    revoke record in Redis that promotion honours (workers forget revoked ids).
+
+    With ``name`` the task is removed at once ("parked" / "inflight" / "").
+    Without it, it stays in the list until promotion meets and drops it.
+    Either way its state becomes REVOKED, and a reservation passes on.
+    """
+    client, settings = client_for(app)
+    client.set(_revoke_key(settings.prefix, task_id), 1, ex=REVOKE_MEMORY)
+    app.control.revoke(task_id)
+    where = ""
+    if name is not None:
+        where, _ = Parking(client, settings.prefix, name).drop(task_id)
+        if where == "inflight":
+            promote(app, name, client=client, prefix=settings.prefix)
+    _mark_revoked(app, task_id, "revoked")
+    return where
+
+
+def discard(
+    client: Any, prefix: str, name: str, task_ids: Sequence[str] = (), app: Any = None
+) -> int:
+    """Discard parked tasks of ``name`` (all parked ones when ``task_ids`` is
+    empty); with ``app``, each is marked REVOKED in its result backend.
+    Returns how many were removed.  A discarded in-flight reservation passes
+    its slot on at the next promotion (release or sweep)."""
+    parking = Parking(client, prefix, name)
+    ids = list(task_ids) or [e["task_id"] for e in parking.status(count=10**6).entries]
+    removed = 0
+    for task_id in ids:
+        where, _ = parking.drop(task_id)
+        if where:
+            removed += 1
+            if app is not None:
+                _mark_revoked(app, task_id, "discarded")
+    return removed
+
+
+def status(
+    client: Any, prefix: str, names: Sequence[str] | None = None, count: int = 0
+) -> list[ParkStatus]:
+    """Parked counts per name (the index's names when ``names`` is None),
+    with the first ``count`` parked entries of each."""
+    if names is None:
+        names = sorted(text(n) for n in client.zrange(index_key(prefix), 0, -1))
+    return [Parking(client, prefix, name).status(count) for name in names]
+
+
+# -- the sweeper --------------------------------------------------------------
+
+
+class Sweeper:
+    """A thread that, once per interval, promotes the due names of the index.
+
+    One ``park_due.lua`` call per interval; for each name it returns, one
+    ``park_promote.lua`` call (which fills all free slots, not one) and the
+    publishes.  On a cluster the index has its own slot; a name that is
+    registered but has nothing to do is removed by its promotion call.
+    """
+
+    def __init__(self, app: Any, interval: float | None = None) -> None:
+        self.app = app
+        self.interval = interval or park_settings(app).sweep_interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Sweeper:
+        self._thread = threading.Thread(
+            target=self._run, name="redislock-park-sweeper", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def sweep_once(self) -> int:
+        client, settings = client_for(self.app)
+        names = PARK_DUE(client, [index_key(settings.prefix)], [1000])
+        published = 0
+        for raw in names:
+            published += promote(self.app, text(raw), 0, client, settings.prefix)
+        return published
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sweep_once()
+            except Exception as exc:
+                log.error("park sweeper: %r (retrying next interval)", exc)
+
+
+_SWEEPERS: dict[int, Sweeper] = {}
+
+
+def _guarded(app: Any) -> bool:
+    return any(hasattr(t, "_redislock_kind") and t._redislock_kind for t in app.tasks.values())
+
+
+def _start_sweeper(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is None or not _guarded(app) or id(app) in _SWEEPERS:
+        return
+    _warn_if_volatile(app)
+    _SWEEPERS[id(app)] = Sweeper(app).start()
+
+
+def _stop_sweepers(**_: Any) -> None:
+    for sweeper in list(_SWEEPERS.values()):
+        sweeper.stop()
+    _SWEEPERS.clear()
+
+
+celery_signals.worker_ready.connect(_start_sweeper, weak=False)
+celery_signals.worker_shutdown.connect(_stop_sweepers, weak=False)
+
+
+def _warn_if_volatile(app: Any) -> None:
+    """Warn when parked tasks would die with a lock Redis that persists nothing."""
+    try:
+        client, settings = client_for(app)
+        if settings.url == app.conf.get("broker_url"):
+            return
+        save = client.config_get("save").get("save", "")
+        aof = client.config_get("appendonly").get("appendonly", "no")
+    except Exception:
+        return  # CONFIG denied or Redis down: nothing to say
+    if not save and aof == "no":
+        log.warning(
+            "celery-redislock: the lock Redis (redislock_url) is not the broker and persists "
+            "nothing (no RDB save points, no AOF): parked tasks would be lost with it"
+        )

@@ -1,0 +1,44 @@
+"""``skip``: a contended task does not run; it ends in state ``SKIPPED``."""
+
+from __future__ import annotations
+
+import logging
+from typing import NoReturn
+
+from celery.exceptions import Ignore
+
+from .base import Attempt, Policy
+
+__all__ = ["SKIPPED", "Skip"]
+
+log = logging.getLogger("celery_redislock")
+
+#: the result state of a skipped task (a custom state: ``AsyncResult.get()`` keeps waiting)
+SKIPPED = "SKIPPED"
+
+
+class Skip(Policy):
+    """Right when a duplicate adds nothing (a cache rebuild already under way).
+
+    The task ends through Celery's ``Ignore``: its ``link`` callbacks and the
+    rest of its chain do not run.  Under eager execution the state is
+    ``IGNORED``.
+    """
+
+    name = "skip"
+
+    def contended(self, attempt: Attempt) -> NoReturn:
+        task = attempt.task
+        log.warning(
+            "%s[%s] skipped: %s %r is held (policy skip)",
+            task.name,
+            attempt.task_id,
+            attempt.kind,
+            attempt.name,
+        )
+        task.update_state(
+            task_id=attempt.task_id,
+            state=SKIPPED,
+            meta={"lock": attempt.name, "kind": attempt.kind, "policy": "skip"},
+        )
+        raise Ignore()

@@ -1,0 +1,149 @@
+"""Settings read from the Celery app's configuration, and the client built from them.
+
+=============================  ==========================================
+``redislock_url``              Redis for locks; default: the broker URL if
+                               the broker is Redis (then with the broker's
+                               Sentinel ``master_name``/``sentinel_kwargs``/
+                               ``min_other_sentinels`` and ``broker_use_ssl``),
+                               else an error
+``redislock_prefix``           key prefix (default ``"redislock"``)
+``redislock_default_ttl``      lease TTL in seconds (default 30)
+``redislock_transport_options`` extra client options (dict; see
+                               :mod:`celery_redislock.core.connection`)
+``redislock_client_factory``   callable ``(url, options) -> client`` or its
+                               dotted path; builds the client instead
+=============================  ==========================================
+
+A ``sentinel://`` ``redislock_url`` of its own takes the Sentinel options
+(``master_name``...) from ``redislock_transport_options``, else from
+``broker_transport_options``; no other broker option is inherited by a URL
+of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .core.connection import client_from_url, scheme_of
+from .core.keys import DEFAULT_PREFIX, validate_prefix
+
+__all__ = ["Settings", "client_for", "reset", "settings_from_app"]
+
+# Broker URL schemes that name a Redis (kombu's, and the result backend's socket forms).
+_BROKER_SCHEMES = ("redis", "rediss", "redis+socket", "socket", "unix", "sentinel")
+_SENTINEL_KEYS = ("master_name", "sentinel_kwargs", "min_other_sentinels")
+_SSL_KEYS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+@dataclass(frozen=True)
+class Settings:
+    url: str
+    prefix: str = DEFAULT_PREFIX
+    default_ttl: float = 30.0
+    transport_options: Mapping[str, Any] = field(default_factory=dict)
+    #: where ``url`` came from, for messages: ``"redislock_url"``, ``"broker_url"``
+    #: (``redislock_url`` unset) or ``"--url"`` (the CLI)
+    url_setting: str = "redislock_url"
+
+    @property
+    def url_origin(self) -> str:
+        """Names the setting behind :attr:`url`, e.g. ``setting redislock_url``."""
+        if self.url_setting == "broker_url":
+            return "setting redislock_url (unset, so the broker_url is used)"
+        if self.url_setting.startswith("-"):
+            return f"option {self.url_setting}"
+        return f"setting {self.url_setting}"
+
+
+def settings_from_app(app: Any, url: str | None = None) -> Settings:
+    """Read and validate the ``redislock_*`` settings of ``app``.
+
+    ``url`` (the CLI's ``--url``) replaces ``redislock_url``; it keeps the
+    Sentinel options of the app's settings when it is a ``sentinel://`` URL.
+    """
+    conf = app.conf
+    setting = "--url" if url else "redislock_url"
+    url = url or conf.get("redislock_url")
+    transport_options = dict(conf.get("redislock_transport_options") or {})
+    if not url:
+        broker = conf.get("broker_url") or ""
+        if isinstance(broker, str) and scheme_of(broker) in _BROKER_SCHEMES:
+            url, setting = broker, "broker_url"
+            transport_options = {**_broker_connection_options(conf), **transport_options}
+        else:
+            raise ValueError(
+                "celery-redislock needs a Redis: set redislock_url in the Celery config "
+                f"(the broker {scheme_of(broker) + '://' if broker else '(none)'} "
+                "is not Redis, so it cannot be the default)"
+            )
+    elif scheme_of(url) == "sentinel":
+        broker_transport = conf.get("broker_transport_options") or {}
+        for key in _SENTINEL_KEYS:
+            if key not in transport_options and key in broker_transport:
+                transport_options[key] = broker_transport[key]
+    if setting == "--url" and scheme_of(url) != "sentinel":
+        # Options written for the app's own Redis may not fit another URL.
+        for key in _SENTINEL_KEYS:
+            transport_options.pop(key, None)
+    ttl = conf.get("redislock_default_ttl", 30.0)
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
+        raise ValueError(f"redislock_default_ttl must be a positive number of seconds: {ttl!r}")
+    factory = conf.get("redislock_client_factory")
+    if factory is not None:
+        transport_options["client_factory"] = factory
+    return Settings(
+        url=url,
+        prefix=validate_prefix(conf.get("redislock_prefix", DEFAULT_PREFIX)),
+        default_ttl=float(ttl),
+        transport_options=transport_options,
+        url_setting=setting,
+    )
+
+
+def _broker_connection_options(conf: Any) -> dict[str, Any]:
+    """What the broker's own settings say about reaching it, when its URL is reused:
+    the Sentinel options of ``broker_transport_options`` and the TLS settings of
+    ``broker_use_ssl``."""
+    options: dict[str, Any] = {}
+    transport = conf.get("broker_transport_options") or {}
+    for key in _SENTINEL_KEYS:
+        if key in transport:
+            options[key] = transport[key]
+    use_ssl = conf.get("broker_use_ssl")
+    if isinstance(use_ssl, Mapping):
+        options.update((key, value) for key, value in use_ssl.items() if key in _SSL_KEYS)
+    return options
+
+
+# -- one Redis client per process and app -----------------------------------
+# Built lazily on first use, and rebuilt in a forked child (a client is never
+# shared across a fork).
+
+_lock = threading.Lock()
+_cache: dict[int, tuple[int, Any, Settings, Any]] = {}
+
+
+def client_for(app: Any) -> tuple[Any, Settings]:
+    """The process's client and settings for ``app``."""
+    pid = os.getpid()
+    entry = _cache.get(id(app))
+    if entry is not None and entry[0] == pid and entry[1] is app:
+        return entry[3], entry[2]
+    with _lock:
+        entry = _cache.get(id(app))
+        if entry is not None and entry[0] == pid and entry[1] is app:
+            return entry[3], entry[2]
+        settings = settings_from_app(app)
+        client = client_from_url(settings.url, settings.transport_options)
+        _cache[id(app)] = (pid, app, settings, client)
+        return client, settings
+
+
+def reset() -> None:
+    """Forget every cached client (tests that change settings)."""
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,86 @@
+"""The layers of docs/architecture.md hold: the core imports no Celery, and no
+module of the package, the example or the benchmarks is part of an import cycle.
+
+Read from the source (``ast``), so a cycle hidden in a function-level import
+counts too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ["celery_redislock", "example_worker", "benchmarks"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of the modules ``path`` imports (each ``from x import y`` as x and x.y)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    return {m: {i for i in imports_of(p) if i in modules and i != m} for m, p in modules.items()}
+
+
+def test_the_core_imports_no_celery() -> None:
+    offenders = {
+        module: sorted(i for i in imports_of(path) if i.split(".")[0] in ("celery", "kombu"))
+        for path in (ROOT / "celery_redislock" / "core").rglob("*.py")
+        if (module := module_name(path))
+    }
+    assert {m: i for m, i in offenders.items() if i} == {}
+    core = {m for m in graph() if m.startswith("celery_redislock.core")}
+    upward = {
+        m: sorted(i for i in graph()[m] if not i.startswith("celery_redislock.core"))
+        for m in core
+    }
+    assert {m: i for m, i in upward.items() if i and i != ["celery_redislock"]} == {}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycles(package: str) -> None:
+    edges = graph()
+    # A package's __init__ importing its own submodules is how Python packages
+    # work, not a cycle between concepts: leave those edges out.
+    edges = {m: {i for i in d if not m.startswith(i + ".")} for m, d in edges.items()}
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(edges.get(module, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt] if nxt in path else [module, nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(m for m in edges if m.split(".")[0] == package):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []

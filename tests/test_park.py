@@ -1,0 +1,469 @@
+"""Policy ``park`` against real prefork workers and a real Redis (docs/park.md).
+
+Each test uses its own lock name (key) on a module-scoped worker; the task
+``basic.parked`` has limit 2 and records start/end events from its body, so
+"exactly once", "never more than the limit" and FIFO order come from the
+bodies themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery.result import AsyncResult
+
+from celery_redislock import parking as park
+from celery_redislock.settings import client_for
+from tests.celery_apps.basic import create_app
+from tests.celery_harness import worker_factory
+from tests.test_celery_scenarios import max_overlap
+from tests.waiting import wait_for
+
+LIMIT = 2
+
+
+@pytest.fixture(scope="module")
+def config(redis_url: str) -> dict[str, str]:
+    return {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_deadline": "4",
+        # No sweeps in this worker: whatever runs here was promoted by a
+        # release.  The crash tests start workers of their own that sweep.
+        "park_sweep": "3600",
+    }
+
+
+@pytest.fixture(scope="module")
+def app(config: dict[str, str]) -> Any:
+    return create_app(config)
+
+
+@pytest.fixture(scope="module")
+def worker(config: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with worker_factory(tmp_path_factory.mktemp("park")) as start:
+        yield start(config, pool="prefork", concurrency=4)
+
+
+@pytest.fixture
+def key() -> str:
+    return f"k{uuid.uuid4().hex[:8]}"
+
+
+def open_gate(app: Any, key: str) -> None:
+    app.recorder.client.set(f"{app.conf.redislock_prefix}:gate:{key}", 1, ex=600)
+
+
+def events(app: Any, key: str, what: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in app.recorder.events("parked", key) if what is None or e["what"] == what]
+
+
+def parking(app: Any, key: str) -> park.Parking:
+    client, settings = client_for(app)
+    return park.Parking(client, settings.prefix, f"park:{key}")
+
+
+def holders(app: Any, key: str) -> list[str]:
+    client, settings = client_for(app)
+    raw = client.zrange(f"{settings.prefix}:{{park:{key}}}:holders", 0, -1)
+    return [r.decode() for r in raw]
+
+
+def queue_length(app: Any) -> int:
+    """Messages waiting in the worker's Redis broker queue."""
+    return int(app.recorder.client.llen(f"q-{app.conf.redislock_prefix}"))
+
+
+def assert_all_ran_once(app: Any, key: str, ids: list[str]) -> None:
+    started = [e["id"] for e in events(app, key, "start")]
+    assert sorted(started) == sorted(ids), "every task ran exactly once"
+    assert max_overlap(events(app, key)) <= LIMIT
+
+
+def assert_nothing_left(app: Any, key: str) -> None:
+    status = parking(app, key).status()
+    assert (status.parked, status.in_flight) == (0, 0)
+    wait_for(lambda: holders(app, key) == [], 30, message="no slot left held")
+
+
+def test_enqueue_parks_and_release_promotes_in_order(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.parked"]
+    results = [task.delay(key, n, 120, True) for n in range(8)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    status = parking(app, key).status()
+    assert status.parked == 6
+    assert status.oldest_age is not None and status.oldest_age >= 0
+    # The broker held only the two published ones, never the parked six.
+    assert queue_length(app) == 0
+    assert [r.state for r in results[LIMIT:]] == [park.PARKED] * 6
+    open_gate(app, key)
+    for r in results:
+        r.get(timeout=120)
+    assert_all_ran_once(app, key, [r.id for r in results])
+    # Promoted in FIFO order: promotion tokens increase with the enqueue order
+    # (start order also depends on how fast each re-publish reaches a child).
+    tokens = {e["n"]: int(e["ptoken"]) for e in events(app, key, "start")}
+    assert sorted(tokens) == list(range(8))
+    assert [tokens[n] for n in range(8)] == sorted(tokens.values())
+    assert_nothing_left(app, key)
+    signals = [s for s in app.recorder.signals() if s["signal"] == "redislock_parked"]
+    assert {s["task_id"] for s in signals if s["name"] == f"park:{key}"} == {
+        r.id for r in results[LIMIT:]
+    }
+
+
+def test_send_task_is_parked_at_run_time(app: Any, worker: Any, key: str) -> None:
+    # send_task bypasses apply_async: the worker admits or parks it.
+    ids = [app.send_task("basic.parked", args=(key, n, 120, True)).id for n in range(5)]
+    wait_for(lambda: parking(app, key).status().parked == 3, 60, message="three parked")
+    assert len(events(app, key, "start")) == LIMIT
+    wait_for(lambda: AsyncResult(ids[-1], app=app).state == park.PARKED, 30, message="PARKED")
+    open_gate(app, key)
+    for task_id in ids:
+        AsyncResult(task_id, app=app).get(timeout=120)
+    assert_all_ran_once(app, key, ids)
+    assert_nothing_left(app, key)
+
+
+def test_copy_with_stale_token_is_dropped(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.parked"]
+    results = [task.delay(key, n, 120, True) for n in range(3)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    entry = parking(app, key).status(count=1).entries[0]
+    client, settings = client_for(app)
+    raw = client.hget(f"{settings.prefix}:{{park:{key}}}:parked", entry["task_id"]).decode()
+    envelope = json.loads(raw.split("|", 3)[3])
+    # Two copies with tokens that match no reservation: acked and dropped.
+    park.republish(app, envelope, 12345)
+    park.republish(app, envelope, 0)
+    wait_for(lambda: queue_length(app) == 0, 60, message="copies consumed")
+    open_gate(app, key)
+    for r in results:
+        r.get(timeout=120)
+    assert_all_ran_once(app, key, [r.id for r in results])
+    assert_nothing_left(app, key)
+
+
+def test_parking_is_idempotent_on_task_id(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.parked"]
+    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    task_id = f"dup-{uuid.uuid4().hex}"
+    for _ in range(3):
+        app.send_task("basic.parked", args=(key, 9, 0.1), task_id=task_id)
+    wait_for(lambda: queue_length(app) == 0, 60, message="all three consumed")
+    wait_for(lambda: parking(app, key).status().parked == 1, 60, message="parked once")
+    open_gate(app, key)
+    AsyncResult(task_id, app=app).get(timeout=120)
+    for r in running:
+        r.get(timeout=120)
+    assert_all_ran_once(app, key, [r.id for r in running] + [task_id])
+    assert_nothing_left(app, key)
+
+
+def test_child_killed_while_running(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.parked"]
+    results = [task.delay(key, n, 120, True) for n in range(4)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    victim = events(app, key, "start")[0]
+    os.kill(victim["pid"], signal.SIGKILL)
+    # The main process releases the dead child's slot and promotes the next.
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT + 1, 60, message="promoted")
+    open_gate(app, key)
+    for r in results:
+        if r.id != victim["id"]:
+            r.get(timeout=120)
+    started = [e["id"] for e in events(app, key, "start")]
+    assert sorted(started) == sorted(r.id for r in results)
+    assert max_overlap([e for e in events(app, key) if e["id"] != victim["id"]]) <= LIMIT
+    assert_nothing_left(app, key)
+
+
+def test_revoke_and_expiry_of_parked_tasks(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.parked"]
+    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    revoked = task.delay(key, 10, 0.1)
+    revoked_by_id = task.delay(key, 11, 0.1)
+    expired = task.apply_async((key, 12, 0.1), expires=1)
+    last = task.delay(key, 13, 0.1)
+    assert park.revoke(app, revoked.id, name=f"park:{key}") == "parked"
+    park.revoke(app, revoked_by_id.id)  # no name: dropped when promotion meets it
+
+    def expiry_passed() -> bool:
+        entries = parking(app, key).status(count=10).entries
+        return any(e["task_id"] == expired.id and e["expires_in"] < 0 for e in entries)
+
+    wait_for(expiry_passed, 30, interval=0.1, message="expiry passed (Redis time)")
+    open_gate(app, key)
+    last.get(timeout=120)
+    for r in running:
+        r.get(timeout=120)
+    ran = {e["id"] for e in events(app, key, "start")}
+    assert ran == {r.id for r in running} | {last.id}
+    assert revoked.state == revoked_by_id.state == expired.state == "REVOKED"
+    assert_nothing_left(app, key)
+
+
+def test_park_bound_is_a_clear_error(redis_url: str, key: str) -> None:
+    app = create_app({"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "park_max": "2"})
+    task = app.tasks["basic.parked"]
+    # No worker: the two published ones reserve, the next two park, the fifth is refused.
+    results = [task.delay(key, n) for n in range(4)]
+    assert [r.state for r in results[LIMIT:]] == [park.PARKED] * 2
+    with pytest.raises(park.ParkFull):
+        task.delay(key, 4)
+    assert parking(app, key).status().parked == 2
+
+
+def test_bound_over_all_names_is_a_clear_error(redis_url: str) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    app = create_app({"redis": redis_url, "prefix": prefix, "park_max_total": "3"})
+    task = app.tasks["basic.parked"]
+    a, b = f"a{uuid.uuid4().hex[:8]}", f"b{uuid.uuid4().hex[:8]}"
+    # No worker: per name two reserve; then parked: a 2, b 1 (3 in all).
+    parked_a = [task.delay(a, n) for n in range(4)][LIMIT:]
+    parked_b = [task.delay(b, n) for n in range(3)][LIMIT:]
+    assert [r.state for r in parked_a + parked_b] == [park.PARKED] * 3
+    with pytest.raises(park.ParkFull, match="over all names"):
+        task.delay(b, 3)
+    # A name with a free slot publishes: the bound is on parked tasks only.
+    assert task.delay(f"c{uuid.uuid4().hex[:8]}", 0, 0.1).state == "PENDING"
+    client, _ = client_for(app)
+    assert int(client.get(park.total_key(prefix))) == 3
+    # Leaving the list (discard, revoke, promotion) frees room in the total.
+    assert park.discard(client, prefix, f"park:{a}", [parked_a[0].id]) == 1
+    assert int(client.get(park.total_key(prefix))) == 2
+    assert task.delay(b, 4).state == park.PARKED
+    assert (parking(app, a).status().parked, parking(app, b).status().parked) == (1, 2)
+    # Once nothing is parked anywhere, the counter key is gone too (no key left behind).
+    assert (
+        park.discard(client, prefix, f"park:{a}") + park.discard(client, prefix, f"park:{b}") == 3
+    )
+    assert client.exists(park.total_key(prefix)) == 0
+    with pytest.raises(ValueError, match="redislock_park_max_total"):
+        app.conf.redislock_park_max_total = -1
+        park.park_settings(app)
+
+
+def test_sweeper_fills_all_slots_after_holders_died(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "3",
+              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    with worker_factory(tmp_path_factory.mktemp("park-sweep")) as start:
+        first = start(config, pool="prefork", concurrency=4)
+        results = [task.delay(key, n, 120, True) for n in range(6)]
+        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        first.kill()  # the whole worker: nobody releases, the leases expire
+        dead = {e["id"] for e in events(app, key, "start")}
+        start(config, pool="prefork", concurrency=4)
+        # Both freed slots are filled at once, not one per sweep.
+        wait_for(lambda: len(events(app, key, "start")) == 2 * LIMIT, 90, message="refilled")
+        open_gate(app, key)
+        for r in results:
+            if r.id not in dead:
+                r.get(timeout=120)
+    assert {e["id"] for e in events(app, key, "start")} == {r.id for r in results}
+
+
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def test_park_with_rabbitmq_as_broker(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Enqueue-time parking, promotion (anonymous exchange to the queue) and
+    run-time parking of ``send_task`` messages with AMQP as the broker."""
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+              "broker": RABBITMQ_URL, "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    with worker_factory(tmp_path_factory.mktemp("park-amqp")) as start:
+        start(config, pool="prefork", concurrency=4)
+        results = [task.delay(key, n, 120, True) for n in range(5)]
+        sent = [app.send_task("basic.parked", args=(key, 10 + n, 120, True)).id for n in range(2)]
+        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        wait_for(lambda: parking(app, key).status().parked == 5, 60, message="five parked")
+        open_gate(app, key)
+        for r in results:
+            r.get(timeout=120)
+        for task_id in sent:
+            AsyncResult(task_id, app=app).get(timeout=120)
+    assert_all_ran_once(app, key, [r.id for r in results] + sent)
+    assert_nothing_left(app, key)
+
+
+def test_countdown_retry_of_a_promoted_task_releases_its_slot(
+    app: Any, worker: Any, key: str
+) -> None:
+    task = app.tasks["basic.parked"]
+    gated = task.delay(key, 0, 120, True)
+    wait_for(lambda: len(events(app, key, "start")) == 1, 60, message="gated one running")
+    retrying = app.tasks["basic.parked_retry"].delay(key, 2.0)
+    waiting = task.delay(key, 1, 0.1)
+    # The retry gave its slot back before re-publishing: the parked one runs
+    # while the gated one still holds the other slot (a kept slot would only
+    # free at its 30 s ttl).
+    waiting.get(timeout=20)
+    assert not app.recorder.client.exists(f"{app.conf.redislock_prefix}:gate:{key}")
+    open_gate(app, key)
+    assert retrying.get(timeout=120) == 1
+    gated.get(timeout=120)
+    assert_nothing_left(app, key)
+
+
+def test_publisher_killed_after_reserve_before_publish(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    with worker_factory(tmp_path_factory.mktemp("park-fault")) as start:
+        start(config, pool="prefork", concurrency=4)
+        results = [task.delay(key, n, 120, True) for n in range(5)]
+        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        # The first child to release promotes the next task and dies before publishing.
+        app.recorder.client.set(f"{config['prefix']}:fault:before_publish", 1)
+        open_gate(app, key)
+        for r in results:
+            r.get(timeout=180, propagate=False)
+    assert not app.recorder.client.exists(f"{config['prefix']}:fault:before_publish")
+    # The releasing child died after its body ended: that one task reports
+    # WorkerLostError; the one it had promoted was re-published by the sweeper.
+    assert [r.state for r in results].count("SUCCESS") == len(results) - 1
+    assert_all_ran_once(app, key, [r.id for r in results])
+    assert len(events(app, key, "end")) == len(results)
+    assert_nothing_left(app, key)
+
+
+def drops(app: Any) -> list[str]:
+    """Copies the worker dropped (recorded by the test app's fault hooks)."""
+    raw = app.recorder.client.lrange(f"{app.conf.redislock_prefix}:park-drops", 0, -1)
+    return [r.decode() for r in raw]
+
+
+def test_child_killed_after_park_before_ack(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Late acks: the child that parked a message dies before the ack; the
+    message is redelivered, its copy is dropped (already parked), and the
+    parked task runs once when a slot frees."""
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    config = {"redis": redis_url, "prefix": prefix, "ttl": "30", "acks_late": "1",
+              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    client = app.recorder.client
+    with worker_factory(tmp_path_factory.mktemp("park-after-park")) as start:
+        start(config, pool="prefork", concurrency=4)
+        running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        client.set(f"{prefix}:fault:after_park", 1)
+        sent = app.send_task("basic.parked", args=(key, 9, 0.1)).id
+        wait_for(lambda: not client.exists(f"{prefix}:fault:after_park"), 60, message="killed")
+        assert parking(app, key).status().parked == 1
+        # Redelivered (reject on worker lost) and dropped: its id is parked.
+        wait_for(lambda: any(d.startswith(f"{sent} dup") for d in drops(app)), 120,
+                 message="the redelivered copy dropped")  # fmt: skip
+        assert parking(app, key).status().parked == 1
+        open_gate(app, key)
+        for r in running:
+            r.get(timeout=120)
+        wait_for(lambda: AsyncResult(sent, app=app).state == "SUCCESS", 120, message="ran")
+    assert_all_ran_once(app, key, [r.id for r in running] + [sent])
+    assert len(events(app, key, "end")) == LIMIT + 1
+    assert_nothing_left(app, key)
+
+
+def test_promoted_message_lost_late_or_duplicated(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """After publish, before arrival: a promoted message that never arrives is
+    re-published by the sweeper after the deadline; the late original and a
+    duplicate copy are dropped.  Each task runs exactly once."""
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    config = {"redis": redis_url, "prefix": prefix, "ttl": "30",
+              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    client = app.recorder.client
+    with worker_factory(tmp_path_factory.mktemp("park-lost")) as start:
+        start(config, pool="prefork", concurrency=4)
+        results = [task.delay(key, n, 120, True) for n in range(6)]
+        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        client.set(f"{prefix}:fault:lose_publish", 1)
+        client.set(f"{prefix}:fault:late_publish", 10)  # well past the 4 s deadline
+        client.set(f"{prefix}:fault:dup_publish", 1)
+        open_gate(app, key)
+        for r in results:
+            r.get(timeout=180)
+        points = ("lose_publish", "late_publish", "dup_publish")
+        assert not client.exists(*(f"{prefix}:fault:{p}" for p in points)), "every fault fired"
+        wait_for(lambda: len(client.lrange(f"{prefix}:fault-log", 0, -1)) == 3, 60,
+                 message="the late copy sent")  # fmt: skip
+        faults = [f.decode().split() for f in client.lrange(f"{prefix}:fault-log", 0, -1)]
+        late = next(i for what, i in faults if what == "late")
+        dup = next(i for what, i in faults if what == "dup")
+        wait_for(lambda: {d.split()[0] for d in drops(app)} >= {late, dup}, 60,
+                 message="the late and the duplicate copy dropped")  # fmt: skip
+        wait_for(lambda: queue_length(app) == 0, 60, message="queue drained")
+    assert_all_ran_once(app, key, [r.id for r in results])
+    assert len(events(app, key, "end")) == len(results)
+    assert_nothing_left(app, key)
+
+
+def test_cli_lists_and_discards_parked_tasks(redis_url: str, key: str) -> None:
+    from celery.bin.celery import celery as celery_main
+    from click.testing import CliRunner
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    app = create_app({"redis": redis_url, "prefix": prefix})
+    task = app.tasks["basic.parked"]
+    results = [task.delay(key, n) for n in range(5)]  # no worker: 2 in flight, 3 parked
+    base = ["redislock", "--url", redis_url, "--prefix", prefix]
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(celery_main, [*base, *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return str(result.output)
+
+    [row] = json.loads(cli("parked", "--json", "--list", "10"))
+    assert (row["name"], row["parked"], row["in_flight"], row["overdue"]) == (
+        f"park:{key}", 3, 2, 0,
+    )  # fmt: skip
+    assert [e["task_id"] for e in row["entries"]] == [r.id for r in results[LIMIT:]]
+    assert f"park:{key}  [parked]  3 parked" in cli("parked")
+    assert f"park:{key}  [parked]  3 parked" in cli("status")  # status shows it too
+    [in_status] = json.loads(cli("status", "--json"))["parked"]
+    assert (in_status["parked"], in_status["in_flight"]) == (3, 2)
+    assert "discarded 1 task(s)" in cli(
+        "discard-parked", f"park:{key}", "--task-id", results[2].id, "-f"
+    )
+    assert "discarded 2 task(s)" in cli("discard-parked", f"park:{key}", "-f")
+    assert parking(app, key).status().parked == 0
+
+
+def test_worker_warns_when_the_lock_redis_persists_nothing(
+    redis_url: str, own_redis: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Broker and results on one Redis, locks (and parked tasks) on another
+    # that runs with --save "" --appendonly no.
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}",
+              "lock_redis": own_redis.url}  # fmt: skip
+    with worker_factory(tmp_path_factory.mktemp("park-volatile")) as start:
+        worker = start(config, pool="prefork", concurrency=1)
+        wait_for(
+            lambda: "persists nothing" in worker.log_path.read_text(errors="replace"),
+            60, interval=0.1, message="the warning in the worker log",
+        )  # fmt: skip

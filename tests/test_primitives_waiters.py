@@ -1,0 +1,194 @@
+"""Waiting: a hand-off after a long wait is a full lease; a waiter that dies
+in the queue delays the next one by at most its own ttl (real SIGKILL)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import redis
+
+from celery_redislock import FairSemaphore, RedisLock
+from celery_redislock.core.leaseset import LeaseSet
+from celery_redislock.core.scripts import ACQUIRE
+from tests.waiting import wait_for
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def _handed_over_after_long_wait(holder: LeaseSet, waiter: LeaseSet) -> None:
+    """``holder`` (long ttl) holds for 2 s while ``waiter`` (ttl 0.6 s)
+    waits; the release hands the slot over.  acquire() returning True must
+    mean a live lease: owned() right away, and kept (renewed) for 3 ttls."""
+    assert holder.acquire()
+    result: list[tuple[bool, bool]] = []
+
+    def wait() -> None:
+        got = waiter.acquire(blocking=True, timeout=30)
+        result.append((got, waiter.owned()))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_for(lambda: holder.waiters(), message="waiter to queue")
+    time.sleep(2.0)  # the scenario: a wait of several of the waiter's ttls
+    holder.release()
+    thread.join(30)
+    assert result == [(True, True)], "handed the slot, but the lease counts as lost"
+    lease = waiter.lease
+    assert lease is not None
+    until = time.monotonic() + 3 * waiter.ttl
+    while time.monotonic() < until:
+        assert waiter.owned(), lease.lost_reason
+        time.sleep(0.05)
+    assert lease.owner in [h.owner for h in waiter.holders()]
+    waiter.release()
+
+
+def test_lock_handed_over_after_a_long_wait_is_owned(redis_client: Any, prefix: str) -> None:
+    _handed_over_after_long_wait(
+        RedisLock(redis_client, "handoff", ttl=30, prefix=prefix),
+        RedisLock(redis_client, "handoff", ttl=0.6, prefix=prefix),
+    )
+
+
+def test_semaphore_slot_handed_over_after_a_long_wait_is_owned(
+    redis_client: Any, prefix: str
+) -> None:
+    other = FairSemaphore(redis_client, "handoff", 2, ttl=30, prefix=prefix)
+    assert other.acquire()
+    _handed_over_after_long_wait(
+        FairSemaphore(redis_client, "handoff", 2, ttl=30, prefix=prefix),
+        FairSemaphore(redis_client, "handoff", 2, ttl=0.6, prefix=prefix),
+    )
+    other.release()
+
+
+def queued_waiter(url: str, prefix: str, name: str, ttl: float) -> None:
+    """Queue for ``name`` and wait (until killed)."""
+    client = redis.Redis.from_url(url)
+    RedisLock(client, name, ttl=ttl, prefix=prefix).acquire(blocking=True, timeout=120)
+    while True:
+        time.sleep(1)
+
+
+def _queue_dead_waiter_then_live_one(
+    redis_url: str, redis_client: Any, prefix: str
+) -> tuple[RedisLock, list[float], threading.Thread]:
+    """A holds (ttl 30); B (a process, ttl 0.5 s) queues; C (ttl 30) queues
+    behind B; B is SIGKILLed.  Returns A, C's acquisition times, C's thread."""
+    holder = RedisLock(redis_client, "dead", ttl=30, prefix=prefix)
+    assert holder.acquire()
+    dead = SPAWN.Process(target=queued_waiter, args=(redis_url, prefix, "dead", 0.5))
+    dead.start()
+    wait_for(lambda: holder.waiters(), timeout=30, message="B to queue")
+    live = RedisLock(redis_client, "dead", ttl=30, prefix=prefix)
+    acquired: list[float] = []
+
+    def wait() -> None:
+        assert live.acquire(blocking=True, timeout=60)
+        acquired.append(time.monotonic())
+        live.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_for(lambda: len(holder.waiters()) == 2, message="C to queue behind B")
+    assert dead.pid is not None
+    os.kill(dead.pid, signal.SIGKILL)
+    dead.join(10)
+    assert dead.exitcode == -signal.SIGKILL
+    return holder, acquired, thread
+
+
+def test_slot_handed_to_a_just_killed_waiter_comes_back_within_its_ttl(
+    redis_url: str, redis_client: Any, prefix: str
+) -> None:
+    """Released right after B died: the slot may go to dead B (its queue
+    entry is still live), but C must have it within about B's ttl (0.5 s),
+    not at its routine re-check 2.5 s later (the old behaviour)."""
+    holder, acquired, thread = _queue_dead_waiter_then_live_one(redis_url, redis_client, prefix)
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(30)
+    assert acquired, "C never acquired"
+    assert acquired[0] - released_at < 1.5, f"C waited {acquired[0] - released_at:.2f} s"
+
+
+def test_waiter_known_dead_is_skipped_by_the_hand_off(
+    redis_url: str, redis_client: Any, prefix: str
+) -> None:
+    """B's queue entry lapses within about its ttl (not 5 s later), and a
+    release after that hands the slot straight to C."""
+    holder, acquired, thread = _queue_dead_waiter_then_live_one(redis_url, redis_client, prefix)
+    wait_for(
+        lambda: len(holder.waiters()) == 1,
+        timeout=2.2,
+        interval=0.05,
+        message="dead B's queue entry to lapse",
+    )
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(30)
+    assert acquired and acquired[0] - released_at < 1.0
+
+
+def _queue_raw(client: Any, lock: LeaseSet, owner: str, ttl_ms: int) -> None:
+    """Queue ``owner`` the way acquire() does, and never come back (a waiter
+    that died right after queueing, its queue entry still live)."""
+    limit, _, wait_ms = lock._constant_args
+    args = [owner, limit, ttl_ms, "{}", "1", wait_ms]
+    assert ACQUIRE(client, lock._script_keys, args) < 0
+
+
+def test_waiter_behind_a_short_lease_hand_off_is_nudged(redis_client: Any, prefix: str) -> None:
+    """The slot goes to a queued waiter with a 0.5 s ttl that never comes
+    back; the live waiter behind it, asleep for up to 2.5 s, is told to ask
+    again and has the slot about 0.5 s after the release."""
+    holder = RedisLock(redis_client, "nudge", ttl=30, prefix=prefix)
+    assert holder.acquire()
+    _queue_raw(redis_client, holder, "gone", 500)
+    live = RedisLock(redis_client, "nudge", ttl=30, prefix=prefix)
+    thread, acquired = _acquire_in_thread(live)
+    wait_for(lambda: len(holder.waiters()) == 2, message="live waiter to queue")
+    released_at = time.monotonic()
+    holder.release()
+    assert [h.owner for h in holder.holders()] == ["gone"]  # its entry was live
+    thread.join(30)
+    assert acquired and acquired[0] - released_at < 1.5, acquired
+    redis_client.delete(holder.keys.wake("gone"))
+
+
+def test_waiters_of_an_older_version_are_never_nudged(redis_client: Any, prefix: str) -> None:
+    """An older client would read a nudge as fencing token 0: its queue
+    entries (no limit field) never get one."""
+    holder = RedisLock(redis_client, "old-nudge", ttl=30, prefix=prefix)
+    assert holder.acquire()
+    _queue_raw(redis_client, holder, "short", 500)
+    keys = holder.keys
+    seconds, micros = redis_client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    redis_client.zadd(keys.queue, {"old-waiter": seconds * 10**6 + micros})
+    redis_client.hset(keys.qinfo, "old-waiter", f"{now_ms + 5000}:30000:" + "{}")
+    holder.release()
+    assert [h.owner for h in holder.holders()] == ["short"]
+    assert [(w.owner, w.limit) for w in holder.waiters()] == [("old-waiter", None)]
+    assert redis_client.lrange(keys.wake("old-waiter"), 0, -1) == []
+    for owner in ("short", "old-waiter"):
+        holder.release_owner(owner)
+    redis_client.delete(keys.wake("short"))
+
+
+def _acquire_in_thread(lock: LeaseSet) -> tuple[threading.Thread, list[float]]:
+    acquired: list[float] = []
+
+    def wait() -> None:
+        assert lock.acquire(blocking=True, timeout=60)
+        acquired.append(time.monotonic())
+        lock.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    return thread, acquired

@@ -1,0 +1,99 @@
+"""The lock Redis checked once at worker start, and one ERROR line per task that fails closed.
+
+Real ``celery worker`` processes (tests/celery_harness.py, app
+tests/celery_apps/basic.py); the broker and result backend are the test
+Redis, the lock Redis is whatever the test points ``redislock_url`` at.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from celery_redislock.core.acl import CLIENT_COMMANDS, SCRIPT_COMMANDS
+from celery_redislock.servers import RedisServer, free_port
+from tests.celery_apps.basic import create_app
+from tests.celery_harness import celery_worker_factory  # noqa: F401 (fixture)
+from tests.waiting import wait_for
+
+SECRET = "hunter2"
+
+
+def make_config(redis_url: str, lock_redis: str) -> dict[str, str]:
+    return {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "lock_redis": lock_redis}
+
+
+def log_lines(path: Path, level: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if f"{level}/" in line]
+
+
+def test_unreachable_lock_redis_warns_at_start_and_each_task_logs_one_error_line(
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
+) -> None:
+    port = free_port()
+    shown = f"redis://:***@127.0.0.1:{port}/0"
+    config = make_config(redis_url, f"redis://:{SECRET}@127.0.0.1:{port}/0")
+    worker = celery_worker_factory(config, concurrency=1)
+
+    def start_warning() -> list[str]:
+        return [w for w in log_lines(worker.log_path, "WARNING") if "celery-redislock" in w]
+
+    (warning,) = wait_for(start_warning, 60, message="the start-up warning")
+    assert f"cannot reach Redis at {shown} (setting redislock_url)" in warning
+    assert "fail closed" in warning
+
+    app = create_app(config)
+    result = app.send_task("basic.sleeper", ("x", 0.1))
+    wait_for(lambda: result.state == "FAILURE", 60, message="FAILURE")
+    assert type(result.result).__name__ == "ConnectionError"  # the error keeps its type
+    log = worker.log_path.read_text()
+    (error,) = log_lines(worker.log_path, "ERROR")
+    assert f"basic.sleeper[{result.id}] not run, lock 'sleep:x'" in error
+    assert f"cannot reach Redis at {shown} (setting redislock_url)" in error
+    assert "Traceback" not in log and SECRET not in log
+    # Celery's own report of the failure is one line at INFO.
+    assert re.search(rf"INFO/.*Task basic.sleeper\[{result.id}\] raised expected", log)
+
+
+def test_lock_redis_without_the_acl_permissions_warns_at_start(
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
+    own_redis: RedisServer,
+) -> None:
+    config = make_config(redis_url, "")
+    prefix = config["prefix"]
+    missing = "zadd"
+    rules = [f"+{c}" for c in (*CLIENT_COMMANDS, *SCRIPT_COMMANDS) if c != missing]
+    with redis.Redis(port=own_redis.port, socket_timeout=10) as admin:
+        admin.acl_setuser(
+            "locks", enabled=True, passwords=[f"+{SECRET}"], keys=[f"{prefix}:*"],
+            commands=["-@all", *rules],
+        )  # fmt: skip
+    config["lock_redis"] = f"redis://locks:{SECRET}@127.0.0.1:{own_redis.port}/0"
+    worker = celery_worker_factory(config, concurrency=1)
+
+    def start_warning() -> list[str]:
+        return [w for w in log_lines(worker.log_path, "WARNING") if "celery-redislock" in w]
+
+    (warning,) = wait_for(start_warning, 60, message="the start-up warning")
+    assert f"redis://locks:***@127.0.0.1:{own_redis.port}/0 (setting redislock_url)" in warning
+    assert "ZADD" in warning and "+zadd" in warning
+    assert SECRET not in worker.log_path.read_text()
+
+
+def test_a_healthy_lock_redis_gives_no_warning(
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
+) -> None:
+    config = make_config(redis_url, redis_url)
+    worker = celery_worker_factory(config, concurrency=1)
+    wait_for(
+        lambda: "lock Redis at" in worker.log_path.read_text(), 60, message="the start-up check"
+    )
+    assert not [w for w in log_lines(worker.log_path, "WARNING") if "celery-redislock" in w]
+    assert "(setting redislock_url) reachable" in worker.log_path.read_text()
