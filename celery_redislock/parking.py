@@ -56,7 +56,7 @@ from . import signals
 from .core.errors import LockContended
 from .core.heartbeat import is_cluster
 from .core.keys import LeaseKeys
-from .core.leaseset import LeaseSet
+from .core.leaseset import WAIT_LEASE, LeaseSet
 from .core.owners import new_owner
 from .core.scripts import (
     PARK_CLAIM,
@@ -65,6 +65,7 @@ from .core.scripts import (
     PARK_ENQUEUE,
     PARK_INSPECT,
     PARK_PROMOTE,
+    PARK_RELEASE,
     text,
 )
 from .options import HEADER_PARK_TOKEN, header
@@ -154,6 +155,16 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
+Promotion = tuple[str, str, int, str]  # kind ("p" publish, "x" expired), task id, token, envelope
+
+
+def _promotions(items: Sequence[Any]) -> list[Promotion]:
+    return [
+        (text(items[i]), text(items[i + 1]), int(items[i + 2]), text(items[i + 3]))
+        for i in range(0, len(items), 4)
+    ]
+
+
 @dataclass
 class ParkStatus:
     """One name's parked work, as Redis sees it."""
@@ -190,7 +201,7 @@ class Parking:
             self.client.zadd(self.index, {self.name: 0}, nx=True)
         reply = script(self.client, self.keys, [self.name, *args])
         if self.cluster:
-            due = int(reply[-1] if script is not PARK_PROMOTE else reply[0])
+            due = int(reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1])
             if due < 0:
                 self.client.zrem(self.index, self.name)
             else:
@@ -229,13 +240,17 @@ class Parking:
         reply = self._call(PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, limit])
         return text(reply[0]), reply[1]
 
-    def promote(self, limit: int, deadline: float) -> list[tuple[str, str, int, str]]:
+    def promote(self, limit: int, deadline: float) -> list[Promotion]:
         reply = self._call(PARK_PROMOTE, [limit, _ms(deadline), PROMOTE_BATCH])
-        items = reply[1:]
-        return [
-            (text(items[i]), text(items[i + 1]), int(items[i + 2]), text(items[i + 3]))
-            for i in range(0, len(items), 4)
-        ]
+        return _promotions(reply[1:])
+
+    def release(self, owner: str, limit: int, deadline: float) -> tuple[bool, list[Promotion]]:
+        """Release ``owner``'s slot (as ``release.lua``) and promote into the
+        freed slots, in one call; returns whether it held, and the promotions."""
+        reply = self._call(
+            PARK_RELEASE, [owner, _ms(WAIT_LEASE), limit, _ms(deadline), PROMOTE_BATCH]
+        )
+        return bool(reply[1]), _promotions(reply[2:])
 
     def drop(self, task_id: str, token: str = "") -> tuple[str, str]:
         reply = self._call(PARK_DROP, [task_id, token])
@@ -575,17 +590,21 @@ def promote(app: Any, name: str, limit: int = 0, client: Any = None, prefix: str
         client, settings = client_for(app)
         prefix = settings.prefix
     parking = Parking(client, prefix, name)
-    deadline = park_settings(app).deadline
+    return _publish_all(app, parking, parking.promote(limit, park_settings(app).deadline), limit)
+
+
+def _publish_all(app: Any, parking: Parking, promotions: list[Promotion], limit: int) -> int:
+    """Publish ``promotions``, and promote again while revoked ones freed slots."""
     published = 0
     for _ in range(1000):  # each round frees at least one revoked slot, or ends
         again = False
-        for kind, task_id, token, raw in parking.promote(limit, deadline):
+        for kind, task_id, token, raw in promotions:
             envelope = json_loads(raw)
             if kind == "x":
                 log.warning("%s[%s] expired while parked: not run", envelope.get("task"), task_id)
                 _mark_revoked(app, task_id, "expired")
                 continue
-            if client.exists(_revoke_key(prefix, task_id)):
+            if parking.client.exists(_revoke_key(parking.prefix, task_id)):
                 parking.drop(task_id, str(token))
                 _mark_revoked(app, task_id, "revoked")
                 again = True
@@ -600,6 +619,7 @@ def promote(app: Any, name: str, limit: int = 0, client: Any = None, prefix: str
                 )  # fmt: skip
         if not again:
             break
+        promotions = parking.promote(limit, park_settings(app).deadline)
     return published
 
 
@@ -609,11 +629,33 @@ def _mark_revoked(app: Any, task_id: str, reason: str) -> None:
 
 
 def after_release(task: Any, name: str, limit: int) -> None:
-    """The Python release path of a park-policy task: promote the next tasks."""
+    """Promote the next tasks after a slot was released by other means (a
+    dead child's lease, released by the worker's main process)."""
     try:
         promote(task.app, name, limit)
     except RedisError as exc:
         log.error("could not promote parked tasks of %r (%r); the sweeper will", name, exc)
+
+
+def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool]:
+    """The release of a park-policy run (for ``LeaseSet.release_through``):
+    the slot is given back and the parked tasks are promoted into it in one
+    call, then published.  A failed release raises (the caller logs it; the
+    lease frees within its ttl and the sweeper promotes); a failed publish is
+    logged (the sweeper re-publishes after the deadline)."""
+
+    def release(owner: str) -> bool:
+        parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
+        held, promotions = parking.release(owner, limit, park_settings(task.app).deadline)
+        try:
+            _publish_all(task.app, parking, promotions, limit)
+        except RedisError as exc:
+            log.error(
+                "could not promote parked tasks of %r (%r); the sweeper will", lease_set.name, exc
+            )
+        return held
+
+    return release
 
 
 # -- revoke / discard / status --------------------------------------------

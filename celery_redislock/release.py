@@ -40,8 +40,14 @@ def lost_signal(task: Any, task_id: str) -> Callable[[Any], None]:
     return on_lost
 
 
-def release_run(task: Any, task_id: str, lease_set: LeaseSet, reason: str) -> None:
+def release_run(
+    task: Any, task_id: str, lease_set: LeaseSet, reason: str,
+    releaser: Callable[[str], bool] | None = None,
+) -> None:  # fmt: skip
     """Release what this run holds (nothing if released already); never raises a Redis error.
+
+    ``releaser`` makes the Redis call instead of a plain release (see
+    ``LeaseSet.release_through``).
 
     A lease that was lost meanwhile is logged; one that cannot be released
     (Redis unreachable) is logged and frees within its TTL, since the
@@ -52,7 +58,10 @@ def release_run(task: Any, task_id: str, lease_set: LeaseSet, reason: str) -> No
         return  # released already (by retry())
     held = True
     try:
-        lease_set.release()
+        if releaser is None:
+            lease_set.release()
+        else:
+            lease_set.release_through(releaser)
     except LockLost:
         held = False
         log.warning(

@@ -274,12 +274,15 @@ class GuardedTask(Task):  # type: ignore[misc]
     def _redislock_release(self, request: Any, lease_set: LeaseSet, reason: str) -> None:
         if lease_set.token is None:
             return  # released already (by retry())
-        release_run(self, request.id, lease_set, reason)
         try:  # the name's limit now: a raised (callable) limit fills the new slots
             limit = self.redislock_limit(request.args, request.kwargs)
         except Exception:
             limit = lease_set.limit
-        request.redislock_policy.after_release(self, lease_set.name, limit)
+        policy = request.redislock_policy
+        releaser = policy.releaser(self, lease_set, limit)
+        release_run(self, request.id, lease_set, reason, releaser)
+        if releaser is None:
+            policy.after_release(self, lease_set.name, limit)
 
     def _redislock_clear_marker(self, request: Any, args: Any, kwargs: Any) -> None:
         if options.header(request, dedupe.HEADER):

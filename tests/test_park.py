@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from celery import chain, chord, group
 from celery.result import AsyncResult
 
 from celery_redislock import parking as park
@@ -173,6 +174,30 @@ def test_parking_is_idempotent_on_task_id(app: Any, worker: Any, key: str) -> No
     for r in running:
         r.get(timeout=120)
     assert_all_ran_once(app, key, [r.id for r in running] + [task_id])
+    assert_nothing_left(app, key)
+
+
+def test_chains_groups_and_chords_with_parked_members_complete(
+    app: Any, worker: Any, key: str
+) -> None:
+    task = app.tasks["basic.parked"]
+    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    in_chain = chain(task.si(key, 10, 0.05), task.si(key, 11, 0.05), task.si(key, 12, 0.05))
+    in_group = group(task.si(key, 20 + i, 0.05) for i in range(3))
+    in_chord = chord([task.si(key, 30 + i, 0.05) for i in range(3)], app.tasks["basic.collect"].s())
+    chained, grouped, chorded = (c.apply_async() for c in (in_chain, in_group, in_chord))
+    # The chain's first member, the group and the chord header: all parked.
+    wait_for(lambda: parking(app, key).status().parked == 7, 60, message="members parked")
+    open_gate(app, key)
+    assert chained.get(timeout=120)["name"] == f"park:{key}"
+    assert [r["name"] for r in grouped.get(timeout=120)] == [f"park:{key}"] * 3
+    assert chorded.get(timeout=120) == 3
+    for r in running:
+        r.get(timeout=120)
+    started = sorted(e["n"] for e in events(app, key, "start"))
+    assert started == [0, 1, 10, 11, 12, 20, 21, 22, 30, 31, 32], "every member ran once"
+    assert max_overlap(events(app, key)) <= LIMIT
     assert_nothing_left(app, key)
 
 

@@ -50,7 +50,7 @@ import json
 import os
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import EllipsisType, TracebackType
 from typing import Any, TypeVar
@@ -338,11 +338,23 @@ class LeaseSet:
         :class:`LockLost` if the lease had expired or been taken meanwhile.
         Either way the instance holds nothing afterwards.
         """
+        self.release_through(
+            lambda owner: bool(RELEASE(self.client, self._script_keys, self._release_args(owner)))
+        )
+
+    def release_through(self, release: Callable[[str], bool]) -> None:
+        """:meth:`release`, with the Redis call made by ``release(owner)``,
+        which returns True if ``owner`` held an unexpired slot.
+
+        For a caller whose release script does more in the same round trip
+        (the park policy's release also promotes parked work); it must give
+        the slot back as ``release.lua`` does.
+        """
         lease = self._lease
         if lease is None:
             raise NotOwned(f"release() of {self.name!r}, which this object does not hold")
         self._forget()
-        held = RELEASE(self.client, self._script_keys, self._release_args(lease.owner))
+        held = release(lease.owner)
         if not held:
             raise LockLost(
                 f"lease on {self.name!r} (fencing token {lease.token}) expired or was taken "

@@ -32,6 +32,7 @@ __all__ = [
     "PARK_ENQUEUE",
     "PARK_INSPECT",
     "PARK_PROMOTE",
+    "PARK_RELEASE",
     "REFRESH",
     "REFRESH_PREFIX",
     "RELEASE",
@@ -99,6 +100,7 @@ FENCED_WRITE = _script("fenced_write.lua")
 PARK_ENQUEUE = _script("park_enqueue.lua", *PARKING)
 PARK_CLAIM = _script("park_claim.lua", *PARKING)
 PARK_PROMOTE = _script("park_promote.lua", *PARKING)
+PARK_RELEASE = _script("park_release.lua", *PARKING)
 PARK_DROP = _script("park_drop.lua", *PARKING)
 PARK_INSPECT = _script("park_inspect.lua", *PARKING)
 PARK_DUE = _script("park_due.lua")

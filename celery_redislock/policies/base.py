@@ -62,8 +62,15 @@ class Policy:
         """Publish a message of ``task`` (``send`` does it); by default as it is."""
         return send()
 
+    def releaser(self, task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool] | None:
+        """How a run of this policy gives its slot back, for
+        ``LeaseSet.release_through`` (``limit``: the name's limit now); None:
+        a plain release followed by :meth:`after_release`."""
+        return None
+
     def after_release(self, task: Any, name: str, limit: int) -> None:
-        """Called after a run of this policy gave its slot back."""
+        """Called after a slot of this policy was given back without its
+        :meth:`releaser` (a plain release, or a dead child's lease)."""
 
 
 def fail(attempt: Attempt, policy: str, message: str) -> NoReturn:

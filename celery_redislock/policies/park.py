@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from .. import parking
+from ..core.leaseset import LeaseSet
 from .base import Attempt, Policy, fail
 
 __all__ = ["Park"]
@@ -53,6 +54,9 @@ class Park(Policy):
             return send()
         limit = task.redislock_limit(args, kwargs)
         return parking.apply_async(task, name, task_id, limit, send)
+
+    def releaser(self, task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool]:
+        return parking.releaser(task, lease_set, limit)
 
     def after_release(self, task: Any, name: str, limit: int) -> None:
         parking.after_release(task, name, limit)

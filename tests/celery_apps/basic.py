@@ -185,6 +185,11 @@ def create_app(config: dict[str, str]) -> Celery:
         ptoken = (self.request.headers or {}).get("redislock_park_token")
         return body(self, key, duration, gate, n=n, ptoken=ptoken)
 
+    @app.task(shared=False, name="basic.collect")
+    def collect(results: list[Any]) -> int:
+        """A plain chord callback."""
+        return len(results)
+
     @app.task(
         shared=False,
         bind=True,

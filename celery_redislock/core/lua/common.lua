@@ -232,3 +232,40 @@ local function promote(state, wake_ms, asker)
     promoted = promoted + 1
   end
 end
+
+-- Give back `owner`'s slot or queue place and hand the freed slot to the
+-- next live waiter(s), each by its own limit (release.lua, and the park
+-- policy's release, which then promotes parked work in the same call).
+-- Returns 1 if `owner` held an unexpired slot, else 0.
+local function release_owner(owner, wake_ms)
+  local mine = redis.call('ZSCORE', HOLDERS, owner)
+  local held = 0
+  if mine then
+    if tonumber(mine) > NOW_MS then held = 1 end
+    if redis.call('EXISTS', QUEUE) == 0 and redis.call('ZCARD', HOLDERS) == 1 then
+      -- Fast path: we were the only holder and nobody waits, so there is
+      -- nothing to hand over or tidy: drop both holder keys.  (A wake list of
+      -- ours that still holds an unread hand-off expires by itself.)
+      redis.call('DEL', HOLDERS, INFO)
+      return held
+    end
+    remove_members(HOLDERS, INFO, {owner})
+  end
+
+  if redis.call('EXISTS', QUEUE, HOLDERS) == 0 then
+    redis.call('DEL', INFO)  -- only LIMIT_FIELD can be left in it
+    return held
+  end
+
+  -- A holder is never also queued (promote() dequeues whom it grants; a
+  -- direct grant happens only when no live waiter is queued), so only a
+  -- non-holder can have a queue place to give back.
+  if not mine and redis.call('ZSCORE', QUEUE, owner) then
+    remove_members(QUEUE, QINFO, {owner})
+  end
+  redis.call('DEL', WAKE .. owner)
+  purge_expired_holders()
+  promote(holder_state(), wake_ms)
+  fit_holder_ttl()
+  return held
+end

@@ -120,3 +120,31 @@ local function next_due(limit)
   end
   return due
 end
+
+-- Fill every free slot of the name from its park list, at most `max`:
+-- overdue reservations first go back to the head of the list; expired
+-- parked tasks are removed and reported, never published.  Appends
+-- kind, id, token, envelope per task to `out` (kind "p": publish the
+-- envelope with this token now; "x": expired, token 0).
+local function promote_parked(limit, deadline_ms, max, out)
+  purge_expired_holders()
+  reclaim_overdue()
+  local state = holder_state()
+  local done = 0
+  while done < max and admissible(state, limit) do
+    local head = redis.call('ZRANGE', PARK, 0, 0)[1]
+    if not head then break end
+    local f = split(redis.call('HGET', PARKED, head) or '0|0|0|', 4)
+    unpark(head)
+    local expires_ms = tonumber(f[2])
+    if expires_ms > 0 and expires_ms <= NOW_MS then
+      for _, v in ipairs({'x', head, 0, f[4]}) do out[#out + 1] = v end
+    else
+      local token = reserve(state, head, tonumber(f[1]), expires_ms, tonumber(f[3]), f[4],
+        deadline_ms, limit)
+      for _, v in ipairs({'p', head, token, f[4]}) do out[#out + 1] = v end
+    end
+    done = done + 1
+  end
+  fit_holder_ttl()
+end

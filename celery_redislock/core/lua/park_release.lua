@@ -1,0 +1,22 @@
+-- park_release.lua: a park-policy holder gives its slot back, and the freed
+-- slots go to waiters (see release_owner() in common.lua) and then to the
+-- parked tasks, as park_promote.lua would fill them: one round trip from
+-- the end of a task to the next task's publish.
+-- KEYS: the eleven keys of park_common.lua (KEYS[11] only on a single server).
+-- ARGV[1] name
+-- ARGV[2] owner
+-- ARGV[3] wake_ms      as release.lua's ARGV[3]
+-- ARGV[4] limit        0: the limit last stored for the name
+-- ARGV[5] deadline_ms  reservation deadline
+-- ARGV[6] max          most promotions in this call (bounds the reply)
+-- Returns {due, held, kind, id, token, envelope, ...}: held as release.lua's
+-- reply; the rest as park_promote.lua's.
+
+local held = release_owner(ARGV[2], tonumber(ARGV[3]))
+local limit = stored_limit(tonumber(ARGV[4]))
+local out = {0, held}
+if redis.call('EXISTS', PARK, INFLIGHT) == 1 then
+  promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out)
+end
+out[1] = next_due(limit)
+return out
