@@ -1,7 +1,10 @@
 """The Celery app of the skewed-backlog benchmark (``benchmarks.park_bench``).
 
 One task per contention policy, all ``SemaphoreTask`` with limit 5 on
-``backlog:{run}:{account}``.  Configured from the environment
+``backlog:{run}:{account}``, and two plain tasks as controls: ``control``
+(no lock; the benchmark runs it on a ``-c 5`` worker) and ``relay`` (no lock;
+each heavy task publishes the next heavy one when its body ends, as ``park``
+promotes on release).  Configured from the environment
 (``BENCH_REDIS_URL``: broker and lock Redis; ``BENCH_EVENTS_DIR``: where each
 process appends its events; ``BENCH_READY_FILE``).
 
@@ -79,6 +82,25 @@ def _task(policy: str) -> Any:
 
 
 TASKS = {policy: _task(policy) for policy in POLICIES}
+
+
+@app.task(name="backlog.control")
+def control(run: str, account: str, seq: int, sent: float) -> None:
+    _body(run, account, seq, sent)
+
+
+@app.task(name="backlog.relay")
+def relay(run: str, account: str, seq: int, sent: float) -> None:
+    """The floor of "publish the next task when one ends": no lock, one INCR
+    and one publish per completion (the benchmark seeds ``relay:next:<run>``)."""
+    _body(run, account, seq, sent)
+    if account == "heavy":
+        following = int(_state["redis"].incr(f"relay:next:{run}"))
+        if following < int(_state["redis"].get(f"relay:n:{run}") or 0):
+            relay.apply_async((run, account, following, sent), queue=f"backlog-{run}")
+
+
+TASKS.update(control=control, relay=relay)
 
 
 @task_retry.connect

@@ -45,6 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 5
 TASK_SECONDS = 0.02
 POLICIES = ("retry", "wait", "park")
+# Plain tasks that show this machine's floor (see backlog_app): ``control`` is
+# five processes draining a FIFO queue, ``relay`` publishes one task per
+# completion.  Their concurrency and FIFO figures bound what any lock can reach.
+CONTROLS = ("control", "relay")
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class BacklogParams:
     light_accounts: int = 10
     light_jobs: int = 10
     concurrency: int = 8
-    policies: tuple[str, ...] = POLICIES
+    policies: tuple[str, ...] = CONTROLS + POLICIES
     # Give up on a policy after this many times the ideal span (plus a minute).
     give_up_factor: float = 15.0
 
@@ -126,7 +130,8 @@ def run_policy(
     total = n + light_total
     ideal = n * TASK_SECONDS / LIMIT
     events = Path(tempfile.mkdtemp(prefix="bench-backlog-events-"))
-    worker = Worker("benchmarks.backlog_app", url, f"idle-{run}", params.concurrency,
+    concurrency = LIMIT if policy == "control" else params.concurrency
+    worker = Worker("benchmarks.backlog_app", url, f"idle-{run}", concurrency,
                     {"BENCH_EVENTS_DIR": str(events)})  # fmt: skip
     result: dict[str, Any] = {"policy": policy, "n": n, "light_tasks": light_total,
                               "ideal_span_s": ideal}  # fmt: skip
@@ -139,14 +144,19 @@ def run_policy(
         mem0 = int(admin.info("memory")["used_memory"])
         sampler.start()
         t0 = time.monotonic()
+        first = n
+        if policy == "relay":
+            first = min(n, LIMIT)
+            admin.set(f"relay:next:{run}", first - 1, ex=86400)
+            admin.set(f"relay:n:{run}", n, ex=86400)
         with backlog_app.app.producer_or_acquire() as producer:
-            for seq in range(n):
+            for seq in range(first):
                 task.apply_async((run, "heavy", seq, time.time()), queue=queue,
                                  producer=producer)  # fmt: skip
         result["enqueue_s"] = time.monotonic() - t0
         result["heavy_in_broker"] = int(admin.llen(queue))
         mem1 = int(admin.info("memory")["used_memory"])
-        waiting = n - result["heavy_in_broker"] if policy == "park" else n
+        waiting = n - result["heavy_in_broker"] if policy in ("park", "relay") else n
         result["waiting_tasks"] = waiting
         result["redis_bytes_per_waiting_task"] = (mem1 - mem0) / max(waiting, 1)
         backlog_app.app.control.add_consumer(
@@ -242,6 +252,8 @@ def run(url: str, params: BacklogParams, log: Any = print) -> dict[str, Any]:
             row = run_policy(url, policy, n, params, admin, log)
             if policy == "park":
                 row["targets"] = targets(row)
+            if policy in CONTROLS:
+                row["control"] = True
             results["runs"].append(row)
     return results
 
@@ -265,6 +277,10 @@ def section(r: dict[str, Any]) -> str:
         "start. FIFO inv.: consecutive heavy starts out of enqueue order (how many of them "
         "started less than 5 ms apart). Broker: heavy messages in the queue after the heavy "
         "account enqueued (no consumer yet), and the longest queue sampled during the run. "
+        "Controls (plain tasks, no lock): `control` is five processes (`-c 5`) draining "
+        "the whole backlog from the broker, `relay` publishes the next heavy task when one "
+        "ends (as `park` promotes on release), from five seeded ones. They are this "
+        "machine's floor for heavy concurrency and FIFO order. "
         "Redis memory: "
         "`used_memory` delta per waiting task (parked under `park`, a broker message "
         "otherwise). Commands: `INFO commandstats` per task, broker traffic included.\n",
@@ -306,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.park_bench")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(BacklogParams().sizes))
-    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--policies", nargs="+", choices=CONTROLS + POLICIES,
+                        default=list(CONTROLS + POLICIES))  # fmt: skip
     args = parser.parse_args(argv)
     params = BacklogParams(sizes=tuple(args.sizes), policies=tuple(args.policies))
     with redis_url() as url:

@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=Path("demo-output"))
     parser.add_argument("-c", "--concurrency", type=int, default=8)
     args = parser.parse_args(argv)
+    # Ctrl-C stops the demo even when it was started with SIGINT ignored (as a
+    # background job of a non-interactive shell is).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return run_demo(SMALL if args.small else DEMO, args.output, args.concurrency)
     except KeyboardInterrupt:

@@ -155,7 +155,7 @@ def test_backlog_scenario_reports_every_field(server: RedisServer) -> None:
     backlog = park_bench.run(server.url, park_bench.TINY, lambda msg: None)
     rows = backlog["runs"]
     assert [(r["policy"], r["n"]) for r in rows] == [
-        (p, n) for n in park_bench.TINY.sizes for p in park_bench.POLICIES
+        (p, n) for n in park_bench.TINY.sizes for p in park_bench.TINY.policies
     ]
     light = park_bench.TINY.light_accounts * park_bench.TINY.light_jobs
     for row in rows:
@@ -171,6 +171,7 @@ def test_backlog_scenario_reports_every_field(server: RedisServer) -> None:
             assert isinstance(row[field], float) and math.isfinite(row[field]), (field, row)
         assert row["heavy_mean_concurrency"] <= park_bench.LIMIT + 0.01
         assert row["max_queue"] >= row["heavy_in_broker"] >= 1
+    assert {r["policy"] for r in rows if r.get("control")} == {"control", "relay"}
     [park] = [r for r in rows if r["policy"] == "park"]
     # Behaviour, not speed: park publishes at most the limit and never requeues.
     assert park["heavy_in_broker"] <= park_bench.LIMIT
