@@ -15,7 +15,7 @@
 local held = release_owner(ARGV[2], tonumber(ARGV[3]))
 local limit = stored_limit(tonumber(ARGV[4]))
 local out = {0, held}
-if redis.call('EXISTS', PARK, INFLIGHT) == 1 then
+if redis.call('EXISTS', PARK, INFLIGHT) > 0 then
   promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out)
 end
 out[1] = next_due(limit)
