@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ from celery_redislock.core.acl import acl_rules
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.core.heartbeat import refresh_leases
 from devtools.engines import LocalCluster
+from tests.celery_harness import celery_worker_factory  # noqa: F401 (fixture)
 from tests.waiting import wait_for
 
 
@@ -280,3 +282,46 @@ def test_leases_survive_a_cluster_failover(client: Any, cluster: LocalCluster, p
     fresh = RedisLock(client, locks[0].name, prefix=prefix)
     assert fresh.acquire(blocking=False)
     fresh.release()
+
+
+def test_park_on_a_cluster_with_a_real_worker(
+    cluster: LocalCluster, client: Any, redis_url: str, celery_worker_factory: Any
+) -> None:
+    """``park`` with the lock Redis on a cluster: each name's park keys sit in
+    its lease set's slot, the index (its own slot) follows every call, and
+    every task runs once within the limit."""
+    from celery_redislock import parking
+    from tests.celery_apps.basic import create_app
+    from tests.test_celery_scenarios import max_overlap
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    config = {"redis": redis_url, "lock_redis": cluster.url, "prefix": prefix,
+              "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    keys = [f"k{uuid.uuid4().hex[:8]}" for _ in range(6)]
+    names = [f"park:{k}" for k in keys]
+    assert len({client.keyslot(f"{prefix}:{{{n}}}:park") for n in names}) > 1
+    celery_worker_factory(config, pool="prefork", concurrency=6)
+    results = {k: [task.delay(k, n, 120, True) for n in range(5)] for k in keys[:3]}
+    index = parking.index_key(prefix)
+    for k, name in zip(keys[:3], names[:3], strict=True):
+        park_keys = [f"{prefix}:{{{name}}}:{part}" for part in ("holders", "park", "parked")]
+        assert len({client.keyslot(key) for key in park_keys}) == 1
+        wait_for(lambda k=k: len(app.recorder.events("parked", k)) == 2, 60, message="2 running")
+        assert parking.Parking(client, prefix, name).status().parked == 3
+        assert client.zscore(index, name) is not None
+    for k in keys[:3]:
+        app.recorder.client.set(f"{prefix}:gate:{k}", 1, ex=600)
+    for k in keys[:3]:
+        for r in results[k]:
+            r.get(timeout=120)
+        starts = [e for e in app.recorder.events("parked", k) if e["what"] == "start"]
+        assert sorted(e["n"] for e in starts) == list(range(5)), "each ran once"
+        assert max_overlap(app.recorder.events("parked", k)) <= 2
+    wait_for(lambda: all(client.zscore(index, n) is None for n in names[:3]), 30,
+             message="index emptied")  # fmt: skip
+    app.conf.redislock_park_max_total = 10
+    with pytest.raises(ValueError, match="single Redis server"):
+        for n in range(3):
+            task.delay(keys[3], n)
