@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-import uuid
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -285,7 +285,10 @@ def test_leases_survive_a_cluster_failover(client: Any, cluster: LocalCluster, p
 
 
 def test_park_on_a_cluster_with_a_real_worker(
-    cluster: LocalCluster, client: Any, redis_url: str, celery_worker_factory: Any
+    cluster: LocalCluster,
+    client: Any,
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
 ) -> None:
     """``park`` with the lock Redis on a cluster: each name's park keys sit in
     its lease set's slot, the index (its own slot) follows every call, and
