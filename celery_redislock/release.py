@@ -23,7 +23,7 @@ from .core.owners import execution_prefix
 from .options import HEADER_POLICY
 from .policies import POLICIES, check_policy
 
-__all__ = ["lost_signal", "release_dead_child", "release_run"]
+__all__ = ["lost_signal", "release_after_run", "release_dead_child", "release_run"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -86,6 +86,25 @@ def release_run(
         sender=task, task_id=task_id, name=lease_set.name, token=token,
         kind=task._redislock_kind, reason=reason, held=held,
     )  # fmt: skip
+
+
+def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str) -> None:
+    """Give back what a run holds when its body returned, raised or retried
+    (nothing if released already), through the run's policy: its own release
+    call if it has one (``park`` promotes in the same script), else a plain
+    release followed by ``after_release``.  The name's limit is taken now, so
+    a raised (callable) limit fills the new slots."""
+    if lease_set.token is None:
+        return  # released already (by retry())
+    try:
+        limit = task.redislock_limit(request.args, request.kwargs)
+    except Exception:
+        limit = lease_set.limit
+    policy = request.redislock_policy
+    releaser = policy.releaser(task, lease_set, limit)
+    release_run(task, request.id, lease_set, reason, releaser)
+    if releaser is None:
+        policy.after_release(task, lease_set.name, limit)
 
 
 def release_dead_child(

@@ -35,37 +35,31 @@ pause, Redis restart): it is told (``lock_lost`` signal, warning,
 ``self.request.redislock.owned()`` turns False) but keeps running.
 
 ``GuardedTask`` only orchestrates; the parts live in ``options`` (checks and
-per-call headers), ``naming`` (key templates), ``dedupe`` (the enqueue
-marker), ``policies`` (contention) and ``release`` (giving leases back).
+per-call headers), ``naming`` (key templates), ``enqueue`` (what
+``apply_async`` does), ``admission`` (how a run gets its lease), ``dedupe``
+(the enqueue marker), ``policies`` (contention) and ``release`` (giving
+leases back).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from celery import Task
 from celery._state import _task_stack
 from celery.exceptions import Retry
-from celery.utils import uuid
-from redis.exceptions import RedisClusterException, RedisError
 
-from . import dedupe, options, signals, workercheck  # noqa: F401 (workercheck: the worker-start check)
+from . import admission, dedupe, enqueue, options, workercheck  # noqa: F401 (workercheck: the worker-start check)
 from .core.leaseset import LeaseSet
-from .core.owners import execution_prefix
-from .diagnose import FailedClosed, fail_closed
+from .diagnose import FailedClosed
 from .leases import lease_set_for
 from .limits import SlotLimit
 from .naming import KeyBuilder, keys_of_task_class
-from .policies import POLICIES, Attempt, announce_contended, check_policy, defer_to_earlier_delivery
-from .release import lost_signal, release_dead_child, release_run
+from .policies import check_policy
+from .release import release_after_run, release_dead_child
 
 __all__ = ["GuardedTask", "LockedTask", "SemaphoreTask"]
-
-log = logging.getLogger("celery_redislock")
 
 
 class GuardedTask(Task):  # type: ignore[misc]
@@ -158,52 +152,20 @@ class GuardedTask(Task):  # type: ignore[misc]
         shadow: Any = None,
         **call: Any,
     ) -> Any:
-        """``Task.apply_async`` plus the per-call options of :mod:`celery_redislock.options`.
+        """``Task.apply_async`` plus the per-call options of
+        :mod:`celery_redislock.options`; see :func:`celery_redislock.enqueue.apply_async`."""
 
-        The lock name is built here too, so bad arguments fail at call time.
-        With de-duplication, a call whose key already has a queued or running
-        message returns that message's ``AsyncResult`` and publishes nothing.
-        """
-        headers = options.call_headers(call, check_policy)
-        name = self.redislock_name(args, kwargs)
-        headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
-        policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or self.lock_policy)]
-        task_id, claimed, holder = dedupe.before_publish(
-            self, name, task_id or uuid(), headers, call
-        )
-        if holder is not None:
-            return self.AsyncResult(holder)
-        if headers:
-            call["headers"] = headers
-
-        def send() -> Any:
+        def send(task_id: str) -> Any:
             return super(GuardedTask, self).apply_async(
                 args, kwargs, task_id, producer, link, link_error, shadow, **call
             )
 
-        try:
-            result = policy.publish(self, name, task_id, args, kwargs, call, send)
-        except BaseException:
-            if claimed:
-                dedupe.clear_for(self, task_id, args, kwargs)  # not published: give it back
-            raise
-        if claimed and self.app.conf.task_always_eager:
-            # The eager run (and its eager retries) is over: this task id no
-            # longer has a queued or running message.
-            dedupe.clear_for(self, task_id, args, kwargs)
-        return result
+        return enqueue.apply_async(self, args, kwargs, task_id, call, send)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
         if request.called_directly:
-            # A plain function call: no lock, and ``self.request.redislock`` is None.
-            _task_stack.push(self)
-            self.push_request(args=args, kwargs=kwargs, redislock=None)
-            try:
-                return self.run(*args, **kwargs)
-            finally:
-                self.pop_request()
-                _task_stack.pop()
+            return _run_unlocked(self, args, kwargs)
         # The tracer (worker or apply()) has pushed the request: run the body
         # under the lease, without pushing another request.
         try:
@@ -239,50 +201,14 @@ class GuardedTask(Task):  # type: ignore[misc]
         return super().retry(*args, throw=throw, **kwargs)
 
     def _redislock_enter(self, request: Any, args: Any, kwargs: Any) -> LeaseSet:
-        name = self.redislock_name(args, kwargs)
-        policy = POLICIES[check_policy(options.header(request, options.HEADER_POLICY)
-                                       or self.lock_policy)]  # fmt: skip
-        ttl, wait_timeout = options.run_options(request, self.lock_wait_timeout)
-        limit = self.redislock_limit(args, kwargs)  # per run, before any Redis call
-        try:
-            lease_set = self.redislock_leaseset(
-                name, ttl=ttl, limit=limit, owner_prefix=execution_prefix(request.id, os.getpid()),
-                on_lost=lost_signal(self, request.id), task_id=request.id,
-            )  # fmt: skip
-            attempt = Attempt(self, request, args, kwargs, name, lease_set, wait_timeout)
-            request.redislock_policy = policy
-            defer_to_earlier_delivery(attempt)
-            started = time.monotonic()
-            acquired = policy.acquire(attempt)
-        except (RedisError, RedisClusterException) as exc:
-            log.error("%s", fail_closed(self.app, self.name, request.id, name, exc))
-            raise
-        if acquired:
-            signals.lock_acquired.send(
-                sender=self, task_id=request.id, name=name, token=lease_set.token,
-                kind=self._redislock_kind, waited=time.monotonic() - started,
-            )  # fmt: skip
-            return lease_set
-        defer_to_earlier_delivery(attempt, contended=True)
-        announce_contended(attempt, policy.name)
-        policy.contended(attempt)
+        return admission.enter(self, request, args, kwargs)
 
     def _redislock_finish(self, request: Any, lease_set: LeaseSet, args: Any, kwargs: Any) -> None:
         self._redislock_release(request, lease_set, "finished")
         self._redislock_clear_marker(request, args, kwargs)
 
     def _redislock_release(self, request: Any, lease_set: LeaseSet, reason: str) -> None:
-        if lease_set.token is None:
-            return  # released already (by retry())
-        try:  # the name's limit now: a raised (callable) limit fills the new slots
-            limit = self.redislock_limit(request.args, request.kwargs)
-        except Exception:
-            limit = lease_set.limit
-        policy = request.redislock_policy
-        releaser = policy.releaser(self, lease_set, limit)
-        release_run(self, request.id, lease_set, reason, releaser)
-        if releaser is None:
-            policy.after_release(self, lease_set.name, limit)
+        release_after_run(self, request, lease_set, reason)
 
     def _redislock_clear_marker(self, request: Any, args: Any, kwargs: Any) -> None:
         if options.header(request, dedupe.HEADER):
@@ -296,6 +222,17 @@ class GuardedTask(Task):  # type: ignore[misc]
                           headers: Mapping[str, Any], reason: str) -> int:  # fmt: skip
         """Release what ``task_id`` held in the dead child ``pid`` (worker main process)."""
         return release_dead_child(self, task_id, pid, args, kwargs, headers, reason)
+
+
+def _run_unlocked(task: GuardedTask, args: Any, kwargs: Any) -> Any:
+    """A plain function call: no lock, and ``self.request.redislock`` is None."""
+    _task_stack.push(task)
+    task.push_request(args=args, kwargs=kwargs, redislock=None)
+    try:
+        return task.run(*args, **kwargs)
+    finally:
+        task.pop_request()
+        _task_stack.pop()
 
 
 class LockedTask(GuardedTask):

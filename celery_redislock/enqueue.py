@@ -1,0 +1,57 @@
+"""What ``apply_async`` of a guarded task does before anything is published.
+
+In order: the per-call options become message headers (checked here, so a
+bad option fails at call time), the lock name is built from the arguments
+(a key template naming a missing argument fails here too), the enqueue
+marker of ``lock_dedupe`` is claimed, and the policy publishes (``park`` may
+store the message in Redis instead).  A marker claimed for a message that
+was not published is given back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from celery.utils import uuid
+
+from . import dedupe, options
+from .policies import POLICIES, check_policy
+
+__all__ = ["apply_async"]
+
+
+def apply_async(
+    task: Any,
+    args: Any,
+    kwargs: Any,
+    task_id: str | None,
+    call: dict[str, Any],
+    send: Callable[[str], Any],
+) -> Any:
+    """Publish a call of ``task`` (``send(task_id)`` publishes it as Celery
+    would, with ``call`` as its options); returns its ``AsyncResult``.
+
+    With de-duplication, a call whose key already has a queued or running
+    message returns that message's ``AsyncResult`` and publishes nothing.
+    """
+    headers = options.call_headers(call, check_policy)
+    name = task.redislock_name(args, kwargs)
+    headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
+    policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or task.lock_policy)]
+    task_id, claimed, holder = dedupe.before_publish(task, name, task_id or uuid(), headers, call)
+    if holder is not None:
+        return task.AsyncResult(holder)
+    if headers:
+        call["headers"] = headers
+    try:
+        result = policy.publish(task, name, task_id, args, kwargs, call, lambda: send(task_id))
+    except BaseException:
+        if claimed:
+            dedupe.clear_for(task, task_id, args, kwargs)  # not published: give it back
+        raise
+    if claimed and task.app.conf.task_always_eager:
+        # The eager run (and its eager retries) is over: this task id no
+        # longer has a queued or running message.
+        dedupe.clear_for(task, task_id, args, kwargs)
+    return result
