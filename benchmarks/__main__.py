@@ -18,9 +18,19 @@ from typing import Any
 
 from celery_redislock.servers import redis_url
 
-from . import celery_bench, common, locks, machine, market, park_bench, report, semaphores
+from . import (
+    celery_bench,
+    common,
+    locks,
+    machine,
+    market,
+    park_bench,
+    redis_cost,
+    report,
+    semaphores,
+)
 
-PARTS = ("locks", "semaphores", "market", "celery", "backlog")
+PARTS = ("locks", "cost", "semaphores", "market", "celery", "backlog")
 HERE = Path(__file__).resolve().parent
 
 
@@ -50,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                     results["locks"] = locks.run(url, lp, fleet, log)
                 if "semaphores" in args.only:
                     results["semaphores"] = semaphores.run(url, sp, fleet, log)
+        if "cost" in args.only:
+            cost = redis_cost.QUICK if args.quick else redis_cost.CostParams()
+            results["cost"] = redis_cost.run(url, cost, log)
         if "market" in args.only:
             mp_ = market.QUICK if args.quick else market.MarketParams()
             with common.fleet(max(s + b for s, b in mp_.configs)) as fleet:

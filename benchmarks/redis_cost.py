@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -306,6 +307,54 @@ def contended(url: str, threads: int, acquisitions: int) -> dict[str, Any]:
         "acquisitions_per_s": n / elapsed,
         "calls_per_acquisition": {c: v for c, v in calls.items() if v},
     }
+
+
+@dataclass(frozen=True)
+class CostParams:
+    cycles: int = 3000
+    slices: int = 10
+    threads: int = 4
+    contended: int = 2000
+
+
+QUICK = CostParams(cycles=300, slices=3, contended=200)
+
+
+def run(url: str, params: CostParams, log: Any = print) -> dict[str, Any]:
+    """The ``cost`` part of ``make bench``: uncontended and contended figures."""
+    log(f"  Redis cost: {params.cycles} uncontended cycles per contender")
+    return {
+        "params": params.__dict__,
+        "uncontended": uncontended(url, params.cycles, params.slices, []),
+        "contended": contended(url, params.threads, params.contended),
+    }
+
+
+def section(r: dict[str, Any]) -> str:
+    """The markdown of the ``cost`` part (docs/benchmarks.md explains the floors)."""
+    un, co = r["uncontended"], r["contended"]
+    ref = un["redis-py Lock"]
+    lines = [
+        "### Redis cost per uncontended acquire + release (one process, interleaved slices)\n",
+        "| contender | Redis CPU µs / cycle | x redis-py | EVALSHA µs / call | cycles/s "
+        "| x redis-py | Redis commands / cycle (incl. inside Lua) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, row in un.items():
+        ev = row["evalsha_usec_per_call"]
+        calls = sum(v for c, v in row["calls_per_cycle"].items() if c not in ("evalsha", "eval"))
+        cpu = row["redis_cpu_us"]
+        lines.append(
+            f"| {name} | {cpu:.1f} | {cpu / ref['redis_cpu_us']:.2f} "
+            f"| {'-' if ev is None else f'{ev:.1f}'} | {row['cycles_per_s']:,.0f} "
+            f"| {row['cycles_per_s'] / ref['cycles_per_s']:.2f} | {calls:.0f} |"
+        )
+    lines.append(
+        f"\nContended ({co['threads']} threads, one lock, {co['acquisitions']} acquisitions): "
+        f"{co['redis_cpu_us_per_acquisition']:.1f} µs Redis CPU per acquisition, "
+        f"{co['acquisitions_per_s']:,.0f}/s.\n"
+    )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from . import park_bench
+from . import park_bench, redis_cost
 from .celery_bench import CONTROL
 from .contenders import BOOK_WITH_LOCK, OURS, OURS_SEM
 
@@ -381,6 +381,7 @@ def markdown(results: dict[str, Any]) -> str:
     )
     for key, render in (
         ("locks", locks_section),
+        ("cost", redis_cost.section),
         ("semaphores", semaphores_section),
         ("market", market_section),
         ("celery", celery_section),

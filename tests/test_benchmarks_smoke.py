@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 import redis
 
-from benchmarks import common, contenders, locks, market, redis_in_action, report, semaphores
+from benchmarks import (
+    common,
+    contenders,
+    locks,
+    market,
+    redis_cost,
+    redis_in_action,
+    report,
+    semaphores,
+)
 from benchmarks import machine as machine_info
 from celery_redislock.servers import RedisServer
 
@@ -118,6 +127,23 @@ def test_report_and_chart(results: dict[str, Any], tmp_path: Path) -> None:
         assert name in text
     report.chart(results, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_redis_cost_part_measures_every_contender_and_the_floors(server: RedisServer) -> None:
+    tiny = redis_cost.CostParams(cycles=40, slices=2, threads=2, contended=40)
+    cost = redis_cost.run(server.url, tiny, lambda msg: None)
+    rows = cost["uncontended"]
+    assert {"redis-py Lock", "ours RedisLock", "ours FairSemaphore(5)", "control: two PINGs",
+            "floor: our guarantees, holders in one hash"} <= set(rows)  # fmt: skip
+    for name, row in rows.items():
+        assert row["cycles"] == 40, name
+        assert row["redis_cpu_us"] >= 0 and row["cycles_per_s"] > 0, (name, row)
+    # The guaranteed floor does what it claims: TIME, the queue check, the fence.
+    floor = rows["floor: our guarantees, holders in one hash"]["calls_per_cycle"]
+    assert floor["time"] == 1 and floor["exists"] == 2 and floor["set"] == 1
+    assert cost["contended"]["acquisitions"] == 40
+    text = redis_cost.section(cost)
+    assert "| ours RedisLock |" in text and "Contended (2 threads" in text
 
 
 def test_celery_part(server: RedisServer) -> None:
