@@ -92,6 +92,11 @@ def assert_nothing_left(app: Any, key: str) -> None:
     status = parking(app, key).status()
     assert (status.parked, status.in_flight) == (0, 0)
     wait_for(lambda: holders(app, key) == [], 30, message="no slot left held")
+    # An idle name leaves only its fence behind, and no entry in the index.
+    client, settings = client_for(app)
+    left = {k.decode() for k in client.scan_iter(match=f"{settings.prefix}:{{park:{key}}}*")}
+    assert left <= {f"{settings.prefix}:{{park:{key}}}:fence"}, left
+    assert client.zscore(park.index_key(settings.prefix), f"park:{key}") is None
 
 
 def test_enqueue_parks_and_release_promotes_in_order(app: Any, worker: Any, key: str) -> None:

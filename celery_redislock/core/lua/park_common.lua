@@ -37,11 +37,11 @@ local function split(entry, n)
   return out
 end
 
+-- The limit a call works with: its own, else (0: the sweeper, a drop) the
+-- last one stored.  next_due() stores it while the name has parked or
+-- in-flight work, and deletes PMETA when it has none.
 local function stored_limit(limit)
-  if limit and limit > 0 then
-    redis.call('HSET', PMETA, 'limit', limit)
-    return limit
-  end
+  if limit and limit > 0 then return limit end
   return tonumber(redis.call('HGET', PMETA, 'limit') or '1')
 end
 
@@ -112,8 +112,11 @@ local function next_due(limit)
   for _, entry in ipairs(redis.call('HVALS', INFLIGHT)) do
     at(tonumber(split(entry, 3)[2]))
   end
-  if due < 0 and redis.call('EXISTS', PARK, INFLIGHT) == 0 then
+  -- due < 0 exactly when nothing is parked or in flight
+  if due < 0 then
     redis.call('DEL', PMETA)
+  else
+    redis.call('HSET', PMETA, 'limit', limit)
   end
   if INDEX then
     if due < 0 then redis.call('ZREM', INDEX, PNAME) else redis.call('ZADD', INDEX, due, PNAME) end

@@ -13,10 +13,13 @@
 -- reply; the rest as park_promote.lua's.
 
 local held = release_owner(ARGV[2], tonumber(ARGV[3]))
+if redis.call('EXISTS', PARK, INFLIGHT) == 0 then
+  -- Nothing parked or in flight: the previous script already left no index
+  -- entry and no PMETA (see next_due()), so there is nothing to update.
+  return {-1, held}
+end
 local limit = stored_limit(tonumber(ARGV[4]))
 local out = {0, held}
-if redis.call('EXISTS', PARK, INFLIGHT) > 0 then
-  promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out)
-end
+promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out)
 out[1] = next_due(limit)
 return out
