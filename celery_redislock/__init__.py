@@ -21,11 +21,13 @@ from .core.lease import Lease
 from .core.leaseset import Holder, Waiter
 from .core.lock import RedisLock
 from .core.semaphore import FairSemaphore
+from .parking import PARKED, ParkFull
 from .policies import SKIPPED
 from .task import LockedTask, SemaphoreTask
 
 __all__ = [
     "HEARTBEAT",
+    "PARKED",
     "SKIPPED",
     "AcquireTimeout",
     "FairSemaphore",
@@ -38,6 +40,7 @@ __all__ = [
     "LockedTask",
     "NotOwned",
     "NotReplicated",
+    "ParkFull",
     "RedisLock",
     "SemaphoreTask",
     "StaleToken",

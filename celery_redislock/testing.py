@@ -42,6 +42,7 @@ one yourself).
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -54,6 +55,11 @@ from .core.leaseset import Holder
 from .core.lock import RedisLock
 
 __all__ = ["RedisLockTester", "pytest_report_header"]
+
+if importlib.util.find_spec("pytest_celery") is None:
+    # The light extra, celery-redislock[testing]: Celery's own fixtures
+    # (celery_app...) come from its plugin; pytest-celery registers them itself.
+    pytest_plugins = ["celery.contrib.pytest"]
 
 
 class RedisLockTester:

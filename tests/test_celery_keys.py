@@ -152,6 +152,52 @@ def test_bad_locked_task_options(
 
 
 @pytest.mark.parametrize(
+    ("base", "options", "match"),
+    [
+        (LockedTask, {"lock_key": "a:{x}", "lock_polcy": "wait"},
+         r"'lock_polcy' is not an option of LockedTask; did you mean 'lock_policy'\?"),
+        (SemaphoreTask, {"semaphore_key": "a:{x}", "semaphore_limit": 2, "lock_key": "a:{x}"},
+         "'lock_key' is not an option of SemaphoreTask but of LockedTask; "
+         "SemaphoreTask takes 'semaphore_key'"),
+        (LockedTask, {"lock_key": "a:{x}", "semaphore_limit": 2},
+         "use base=SemaphoreTask"),
+        (SemaphoreTask, {"semaphore_key": "a:{x}", "semaphore_limit": 2, "semaphore_tll": 5},
+         "did you mean 'semaphore_ttl'"),
+        (LockedTask, {"lock_key": "a:{x}", "rate": "20/s"},
+         r"'rate' is not an option of LockedTask \(its options: lock_dedupe, "),
+    ],
+)  # fmt: skip
+def test_unknown_options_are_refused_naming_the_nearest(
+    app: Celery, base: type, options: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(TypeError, match=match):
+
+        @unique_task(app, base=base, **options)
+        def task(x: int) -> None: ...
+
+
+def test_unknown_option_of_a_lazy_app_is_refused_when_it_finalizes() -> None:
+    lazy = Celery("lazy", broker="memory://", set_as_current=False)
+
+    @unique_task(lazy, base=LockedTask, lock_key="a:{x}", lock_polcy="wait")
+    def task(x: int) -> None: ...
+
+    with pytest.raises(TypeError, match="did you mean 'lock_policy'"):
+        lazy.finalize()
+
+
+def test_celery_options_and_a_base_class_of_ones_own_are_accepted(app: Celery) -> None:
+    class Base(LockedTask):  # type: ignore[misc]
+        lock_policy = "wait"
+        lock_ttl = 12.0
+
+    @unique_task(app, base=Base, lock_key="a:{x}", rate_limit="10/s")
+    def task(x: int) -> None: ...
+
+    assert (task.lock_policy, task.lock_ttl, task.rate_limit) == ("wait", 12.0, "10/s")
+
+
+@pytest.mark.parametrize(
     ("limit", "error"), [(0, ValueError), (-1, ValueError), ("2", TypeError), (None, TypeError)]
 )
 def test_bad_semaphore_limit(app: Celery, limit: Any, error: type[Exception]) -> None:

@@ -144,3 +144,36 @@ def test_fair_semaphore_locked_means_every_slot_held(
     first.release()
     assert not second.locked()
     second.release()
+
+
+def _readme_section(heading: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_readme_lists_every_signal() -> None:
+    from celery_redislock import signals
+
+    text = (ROOT / "README.md").read_text()
+    paragraph = text[text.index("**Signals**") :].split("\n\n", 1)[0]
+    listed = set(re.findall(r"`(lock_\w+)\(", paragraph))
+    assert listed == set(signals.__all__)
+
+
+def test_readme_shows_every_cli_command() -> None:
+    from celery_redislock.cli import redislock
+
+    shown = set(re.findall(r"redislock ([a-z-]+)", _readme_section("## Inspection CLI")))
+    assert shown == set(redislock.commands)
+
+
+def test_states_and_errors_a_user_meets_are_importable_from_the_package() -> None:
+    from celery_redislock.parking import PARKED, ParkFull
+    from celery_redislock.policies import SKIPPED
+
+    assert celery_redislock.PARKED == PARKED == "PARKED"
+    assert celery_redislock.SKIPPED == SKIPPED
+    assert celery_redislock.ParkFull is ParkFull
+    assert {"PARKED", "SKIPPED", "ParkFull", "LockContended"} <= set(celery_redislock.__all__)

