@@ -151,6 +151,11 @@ def kombu_dumps(body: Any, serializer: str) -> tuple[str, str, str | bytes]:
     return str(content_type), str(content_encoding), data
 
 
+def _entry_field(value: str) -> str:
+    """``value`` as a field of a park entry, whose fields are separated by ``|``."""
+    return value.replace("|", "/")
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
@@ -221,6 +226,7 @@ class Parking:
         ttl: float = 0.0,
         meta: str = "",
         max_total: int = 0,
+        task_name: str = "",
     ) -> tuple[str, Any]:
         if max_total and self.cluster:
             raise ValueError(
@@ -230,25 +236,38 @@ class Parking:
         reply = self._call(
             PARK_ENQUEUE,
             [mode, task_id, limit, envelope, _ms(expires_in) if expires_in > 0 else 0,
-             _ms(deadline), max_parked, owner, _ms(ttl) if ttl else 0, meta, max_total],
+             _ms(deadline), max_parked, owner, _ms(ttl) if ttl else 0, meta, max_total,
+             _entry_field(task_name)],
         )  # fmt: skip
         return text(reply[0]), reply[1]
 
     def claim(
-        self, task_id: str, token: str, owner: str, ttl: float, meta: str, limit: int
+        self, task_id: str, token: str, owner: str, ttl: float, meta: str, limit: int,
+        task_name: str = "",
     ) -> tuple[str, Any]:
-        reply = self._call(PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, limit])
+        reply = self._call(
+            PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, limit, _entry_field(task_name)]
+        )
         return text(reply[0]), reply[1]
 
-    def promote(self, limit: int, deadline: float) -> list[Promotion]:
-        reply = self._call(PARK_PROMOTE, [limit, _ms(deadline), PROMOTE_BATCH])
+    def promote(self, limit: int, deadline: float, task_name: str = "") -> list[Promotion]:
+        """Fill the free slots; ``limit`` and ``task_name`` are the caller's (0 and
+        "" for the sweeper): parked tasks of that name are admitted by ``limit``,
+        others by their own limit from when they were parked."""
+        reply = self._call(
+            PARK_PROMOTE, [limit, _ms(deadline), PROMOTE_BATCH, _entry_field(task_name)]
+        )
         return _promotions(reply[1:])
 
-    def release(self, owner: str, limit: int, deadline: float) -> tuple[bool, list[Promotion]]:
+    def release(
+        self, owner: str, limit: int, deadline: float, task_name: str = ""
+    ) -> tuple[bool, list[Promotion]]:
         """Release ``owner``'s slot (as ``release.lua``) and promote into the
-        freed slots, in one call; returns whether it held, and the promotions."""
+        freed slots (as :meth:`promote`), in one call; returns whether it held,
+        and the promotions."""
         reply = self._call(
-            PARK_RELEASE, [owner, _ms(WAIT_LEASE), limit, _ms(deadline), PROMOTE_BATCH]
+            PARK_RELEASE,
+            [owner, _ms(WAIT_LEASE), limit, _ms(deadline), PROMOTE_BATCH, _entry_field(task_name)],
         )
         return bool(reply[1]), _promotions(reply[2:])
 
@@ -475,7 +494,7 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
     outcome, value = Parking(client, settings.prefix, call.name).admit(
         "enqueue", call.task_id, call.limit, json_dumps(envelope),
         _expires_in(envelope["headers"], task.app), park.deadline, park.max_parked,
-        max_total=park.max_total,
+        max_total=park.max_total, task_name=task.name,
     )  # fmt: skip
     call.outcome = outcome
     if outcome == "reserved":
@@ -542,10 +561,19 @@ def admit(
     token = header(request, HEADER_PARK_TOKEN)
     sent_at = time.monotonic()
     park = park_settings(task.app)
+    if parking.client.exists(_revoke_key(parking.prefix, task_id)):
+        # Revoked through Redis (park.revoke, or a worker that discarded it):
+        # a worker that missed the broadcast, or forgot it, must not run it.
+        where, _ = parking.drop(task_id, "" if token is None else str(token))
+        if where == "inflight":
+            promote(task.app, name, lease_set.limit, parking.client, parking.prefix, task.name)
+        log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
+        _mark_revoked(task.app, task_id, "revoked", request)
+        raise Ignore()
     outcome, value = "", ""
     if token is not None:
         outcome, value = parking.claim(
-            task_id, str(token), owner, lease_set.ttl, meta, lease_set.limit
+            task_id, str(token), owner, lease_set.ttl, meta, lease_set.limit, task.name
         )
         if outcome == "drop" and text(value) == "not in flight" and _redelivered(request):
             # The delivery that claimed this promotion died before its ack (the
@@ -558,7 +586,7 @@ def admit(
         outcome, value = parking.admit(
             "arrive", task_id, lease_set.limit, json_dumps(envelope),
             _expires_in(envelope["headers"], task.app), park.deadline, park.max_parked,
-            owner, lease_set.ttl, meta, park.max_total,
+            owner, lease_set.ttl, meta, park.max_total, task.name,
         )  # fmt: skip
     if outcome == "held":
         lease_set.adopt(owner, int(value), sent_at)
@@ -578,7 +606,9 @@ def _redelivered(request: Any) -> bool:
 # -- promotion --------------------------------------------------------------
 
 
-def promote(app: Any, name: str, limit: int = 0, client: Any = None, prefix: str = "") -> int:
+def promote(
+    app: Any, name: str, limit: int = 0, client: Any = None, prefix: str = "", task_name: str = ""
+) -> int:
     """Fill the free slots of ``name`` from its park list and publish them.
 
     Expired tasks are marked revoked (reason ``expired``), revoked ones are
@@ -590,10 +620,13 @@ def promote(app: Any, name: str, limit: int = 0, client: Any = None, prefix: str
         client, settings = client_for(app)
         prefix = settings.prefix
     parking = Parking(client, prefix, name)
-    return _publish_all(app, parking, parking.promote(limit, park_settings(app).deadline), limit)
+    promotions = parking.promote(limit, park_settings(app).deadline, task_name)
+    return _publish_all(app, parking, promotions, limit, task_name)
 
 
-def _publish_all(app: Any, parking: Parking, promotions: list[Promotion], limit: int) -> int:
+def _publish_all(
+    app: Any, parking: Parking, promotions: list[Promotion], limit: int, task_name: str = ""
+) -> int:
     """Publish ``promotions``, and promote again while revoked ones freed slots."""
     published = 0
     for _ in range(1000):  # each round frees at least one revoked slot, or ends
@@ -619,20 +652,45 @@ def _publish_all(app: Any, parking: Parking, promotions: list[Promotion], limit:
                 )  # fmt: skip
         if not again:
             break
-        promotions = parking.promote(limit, park_settings(app).deadline)
+        promotions = parking.promote(limit, park_settings(app).deadline, task_name)
     return published
 
 
-def _mark_revoked(app: Any, task_id: str, reason: str) -> None:
+def _mark_revoked(app: Any, task_id: str, reason: str, request: Any = None) -> None:
+    """REVOKED in the result backend; with the task's ``request`` a chord counts it."""
     with contextlib.suppress(NotImplementedError, AttributeError):
-        app.backend.mark_as_revoked(task_id, reason)
+        app.backend.mark_as_revoked(task_id, reason, request=request)
+
+
+def discarded_by_worker(
+    task: Any, task_id: str, token: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """A worker discarded a promoted task before it ran (revoked, or expired):
+    give its reservation back and promote into the slot at once, and keep a
+    revoke record so that no copy of it is ever promoted or run later (workers
+    forget revoked ids).  Celery itself marks the task REVOKED, with its request,
+    so a chord counts it.  Runs in the worker's main process."""
+    try:
+        client, settings = client_for(task.app)
+        name = task.redislock_name(args, kwargs)
+        client.set(_revoke_key(settings.prefix, task_id), 1, ex=REVOKE_MEMORY)
+        where, _ = Parking(client, settings.prefix, name).drop(task_id, token)
+        log.info(
+            "%s[%s] discarded by the worker: its reservation of %r %s",
+            task.name, task_id, name, "given back" if where else "had already lapsed",
+        )  # fmt: skip
+        limit = task.redislock_limit(args, kwargs)
+        promote(task.app, name, limit, client, settings.prefix, task.name)
+    except Exception as exc:  # the deadline frees the slot; the record is what matters
+        log.error("%s[%s]: could not give back its park reservation (%r); it lapses at its "
+                  "deadline", task.name, task_id, exc)  # fmt: skip
 
 
 def after_release(task: Any, name: str, limit: int) -> None:
     """Promote the next tasks after a slot was released by other means (a
     dead child's lease, released by the worker's main process)."""
     try:
-        promote(task.app, name, limit)
+        promote(task.app, name, limit, task_name=task.name)
     except RedisError as exc:
         log.error("could not promote parked tasks of %r (%r); the sweeper will", name, exc)
 
@@ -646,9 +704,10 @@ def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool
 
     def release(owner: str) -> bool:
         parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
-        held, promotions = parking.release(owner, limit, park_settings(task.app).deadline)
+        deadline = park_settings(task.app).deadline
+        held, promotions = parking.release(owner, limit, deadline, task.name)
         try:
-            _publish_all(task.app, parking, promotions, limit)
+            _publish_all(task.app, parking, promotions, limit, task.name)
         except RedisError as exc:
             log.error(
                 "could not promote parked tasks of %r (%r); the sweeper will", lease_set.name, exc

@@ -45,7 +45,7 @@ from celery.worker.request import Request
 from .core.keys import LeaseKeys
 from .core.owners import execution_prefix
 from .core.scripts import REFRESH_PREFIX
-from .options import HEADER_DEDUPE, HEADER_TTL
+from .options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
 from .settings import client_for
 
 __all__ = ["WATCHER", "ChildWatcher", "LockRequest", "check_pool"]
@@ -94,21 +94,35 @@ class LockRequest(Request):  # type: ignore[misc]
                 self._redislock_cleanup(_reason(exc))
 
     def revoked(self) -> bool:
-        """Celery's check; a task revoked (or expired) before it ran drops its enqueue marker."""
+        """Celery's check.  A task revoked (or expired) before it ran drops its
+        enqueue marker, and a promoted parked task gives its reservation back
+        (the slot passes on at once, and a revoke record keeps it from ever
+        being promoted again, also once workers forget the revoke)."""
         revoked = bool(super().revoked())
-        if revoked and self.request_dict.get(HEADER_DEDUPE) and not self._redislock_unmarked:
-            self._redislock_unmarked = True
-            clear = getattr(self.task, "redislock_clear_marker", None)
-            if clear is not None:
-                threading.Thread(
-                    target=clear,
-                    args=(self.id, self.args, self.kwargs),
-                    name="redislock-unmark",
-                    daemon=True,
-                ).start()
+        if not revoked or self._redislock_discarded or self.time_start:
+            return revoked
+        self._redislock_discarded = True
+        clear = getattr(self.task, "redislock_clear_marker", None)
+        if clear is not None and self.request_dict.get(HEADER_DEDUPE):
+            threading.Thread(
+                target=clear,
+                args=(self.id, self.args, self.kwargs),
+                name="redislock-unmark",
+                daemon=True,
+            ).start()
+        token = self.request_dict.get(HEADER_PARK_TOKEN)
+        if token is not None and hasattr(self.task, "redislock_name"):
+            from .parking import discarded_by_worker
+
+            threading.Thread(
+                target=discarded_by_worker,
+                args=(self.task, self.id, str(token), self.args, self.kwargs),
+                name="redislock-unpark",
+                daemon=True,
+            ).start()
         return revoked
 
-    _redislock_unmarked = False
+    _redislock_discarded = False
 
     def terminate(self, pool: Any, signal: Any = None) -> None:
         super().terminate(pool, signal)

@@ -145,7 +145,7 @@ def test_copy_with_stale_token_is_dropped(app: Any, worker: Any, key: str) -> No
     entry = parking(app, key).status(count=1).entries[0]
     client, settings = client_for(app)
     raw = client.hget(f"{settings.prefix}:{{park:{key}}}:parked", entry["task_id"]).decode()
-    envelope = json.loads(raw.split("|", 3)[3])
+    envelope = json.loads(raw.split("|", 5)[5])
     # Two copies with tokens that match no reservation: acked and dropped.
     park.republish(app, envelope, 12345)
     park.republish(app, envelope, 0)
@@ -505,3 +505,129 @@ def test_worker_warns_when_the_lock_redis_persists_nothing(
             lambda: "persists nothing" in worker.log_path.read_text(errors="replace"),
             60, interval=0.1, message="the warning in the worker log",
         )  # fmt: skip
+
+
+def test_a_plainly_revoked_promoted_task_gives_its_slot_back(
+    app: Any, worker: Any, key: str
+) -> None:
+    """The worker discards it (it remembers the revoke): the reservation passes on
+    at once (this worker does not sweep), and a record keeps it from ever running."""
+    task = app.tasks["basic.parked"]
+    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    revoked, after = task.delay(key, 10, 0.1), task.delay(key, 11, 0.1)
+    assert revoked.state == after.state == park.PARKED
+    replies = app.control.revoke(revoked.id, reply=True, timeout=10)  # Celery's own revoke
+    assert replies, "the worker acknowledged the revoke"
+    open_gate(app, key)
+    after.get(timeout=60)  # the name is not stuck behind the revoked task
+    for r in running:
+        r.get(timeout=60)
+    wait_for(lambda: revoked.state == "REVOKED", 30, message="REVOKED")
+    assert revoked.id not in {e["id"] for e in events(app, key, "start")}
+    client, settings = client_for(app)
+    assert client.exists(park._revoke_key(settings.prefix, revoked.id))
+    # Once workers forget the revoke, a copy still never runs: arrival reads the record.
+    app.send_task("basic.parked", (key, 10, 0.1), task_id=revoked.id)
+    wait_for(lambda: queue_length(app) == 0, 60, message="copy consumed")
+    last = task.delay(key, 12, 0.1)
+    last.get(timeout=60)
+    assert revoked.id not in {e["id"] for e in events(app, key, "start")}
+    assert_nothing_left(app, key)
+
+
+def test_a_revoke_record_is_honoured_on_arrival(app: Any, worker: Any, key: str) -> None:
+    """park.revoke's record reaches a worker that missed the broadcast, with a
+    promotion token (its reservation passes on) and without one (send_task)."""
+    client, settings = client_for(app)
+    task = app.tasks["basic.parked"]
+    reserved_id, sent_id = str(uuid.uuid4()), str(uuid.uuid4())
+    for task_id in (reserved_id, sent_id):  # the record only: no broadcast reaches the worker
+        client.set(park._revoke_key(settings.prefix, task_id), 1, ex=600)
+    reserved = task.apply_async((key, 1, 0.1), task_id=reserved_id)  # free name: reserved
+    sent = app.send_task("basic.parked", (key, 2, 0.1), task_id=sent_id)
+    wait_for(lambda: reserved.state == sent.state == "REVOKED", 60, message="both REVOKED")
+    following = [task.delay(key, n, 0.1) for n in range(3, 3 + LIMIT + 1)]
+    for r in following:
+        r.get(timeout=60)  # the dropped reservation did not keep a slot
+    assert {e["id"] for e in events(app, key, "start")} == {r.id for r in following}
+    assert_nothing_left(app, key)
+
+
+def test_an_expired_delivery_frees_its_reservation_at_once(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # A reservation deadline of 120 s: only the discard itself can free the slot sooner.
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+              "park_deadline": "120", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    expiring = task.apply_async((key, 1, 0.1), expires=1)  # reserved, in the broker
+    assert len(holders(app, key)) == 1
+    client, _ = client_for(app)
+    published_at = client.time()[0]
+    wait_for(lambda: client.time()[0] >= published_at + 2, 10, message="its expiry passed")
+    with worker_factory(tmp_path_factory.mktemp("park-expired")) as start:
+        start(config, pool="prefork", concurrency=2)
+        wait_for(lambda: expiring.state == "REVOKED", 60, message="discarded as expired")
+        wait_for(lambda: holders(app, key) == [], 30, message="its reservation given back")
+        later = [task.delay(key, n, 0.1) for n in range(2, 2 + LIMIT)]
+        for r in later:
+            r.get(timeout=60)
+    assert expiring.id not in {e["id"] for e in events(app, key, "start")}
+    assert_nothing_left(app, key)
+
+
+def test_a_promoted_task_never_joins_more_holders_than_its_own_limit(
+    app: Any, worker: Any, key: str
+) -> None:
+    """Two task names share one key with limits 5 and 2: a limit-2 task promoted by
+    a limit-5 release does not start beside two or more holders."""
+    wide, narrow = app.tasks["basic.parked_wide"], app.tasks["basic.parked"]
+    first = [wide.delay(key, n, 120, True) for n in range(4)]
+
+    def wide_started() -> int:
+        return sum(e["what"] == "start" for e in app.recorder.events("parked_wide", key))
+
+    wait_for(lambda: wide_started() == 4, 60, message="four wide ones running")
+    later = [narrow.delay(key, 10 + n, 0.3) for n in range(3)] + [wide.delay(key, 20, 0.3)]
+    assert all(r.state == park.PARKED for r in later[:3])
+    open_gate(app, key)  # wide ones release and promote
+    for r in first + later:
+        r.get(timeout=120)
+    tagged = [(e, 2) for e in app.recorder.events("parked", key)]
+    tagged += [(e, 5) for e in app.recorder.events("parked_wide", key)]
+    running: set[str] = set()
+    for event, limit in sorted(tagged, key=lambda pair: pair[0]["t"]):
+        if event["what"] == "start":
+            assert len(running) < limit, (event, limit, running)  # its own limit, counting it
+            running.add(event["id"])
+        else:
+            running.discard(event["id"])
+    assert len(tagged) == 2 * len(first + later)
+
+
+def test_a_lowered_limit_holds_for_tasks_already_promoted(
+    app: Any, worker: Any, key: str
+) -> None:
+    """A per-account limit lowered from 3 to 1 while 3 tasks are published but not
+    started: they run one at a time."""
+    task = app.tasks["basic.parked_plan"]
+    client = app.recorder.client
+    plan_key = f"{app.conf.redislock_prefix}:plan:{key}"
+    client.set(plan_key, 3)
+    # Every child of the worker busy, so the three wait in the broker, not started.
+    blockers = [f"{key}-busy{n}" for n in range(4)]
+    busy = [app.tasks["basic.refresh_cache"].delay(b, 120, True) for b in blockers]
+    wait_for(
+        lambda: all(app.recorder.events("refresh_cache", b) for b in blockers), 60, message="busy"
+    )
+    results = [task.delay(key, n, 0.5) for n in range(3)]  # reserved and published at limit 3
+    assert parking(app, key).status().parked == 0
+    assert app.recorder.events("parked_plan", key) == []
+    client.set(plan_key, 1)
+    for b in blockers:
+        open_gate(app, b)
+    for r in busy + results:
+        r.get(timeout=120)
+    assert max_overlap(app.recorder.events("parked_plan", key)) == 1

@@ -185,6 +185,34 @@ def create_app(config: dict[str, str]) -> Celery:
         ptoken = (self.request.headers or {}).get("redislock_park_token")
         return body(self, key, duration, gate, n=n, ptoken=ptoken)
 
+    @app.task(
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="basic.parked_wide",
+        semaphore_key="park:{key}",  # the key of basic.parked, with a higher limit
+        semaphore_limit=5,
+    )
+    def parked_wide(self: Any, key: Any, n: int = 0, duration: float = 0.2,
+                    gate: bool = False) -> Any:  # fmt: skip
+        return body(self, key, duration, gate, n=n)
+
+    def plan_limit(key: Any, **_: Any) -> int:
+        """A per-account limit an operator changes in Redis (a plan change)."""
+        return int(rec.client.get(f"{prefix}:plan:{key}") or 3)
+
+    @app.task(
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="basic.parked_plan",
+        semaphore_key="plan:{key}",
+        semaphore_limit=plan_limit,
+    )
+    def parked_plan(self: Any, key: Any, n: int = 0, duration: float = 0.2,
+                    gate: bool = False) -> Any:  # fmt: skip
+        return body(self, key, duration, gate, n=n)
+
     @app.task(shared=False, name="basic.collect")
     def collect(results: list[Any]) -> int:
         """A plain chord callback."""

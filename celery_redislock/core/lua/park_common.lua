@@ -7,9 +7,12 @@
 --                     deadline, so it counts against the limit everywhere
 --                     (acquire, inspect, purge) and lapses by itself.
 --   KEYS[7]  park     ZSET  parked task id -> sequence number (FIFO order)
---   KEYS[8]  parked   HASH  parked task id -> "seq|expires_ms|enqueued_ms|envelope"
---   KEYS[9]  inflight HASH  reserved task id -> "token|deadline_ms|seq|expires_ms|enqueued_ms|envelope"
---                     (published with its promotion token, not yet arrived)
+--   KEYS[8]  parked   HASH  parked task id -> "seq|expires_ms|enqueued_ms|limit|task|envelope"
+--   KEYS[9]  inflight HASH  reserved task id -> "token|deadline_ms|seq|expires_ms|enqueued_ms|limit|task|envelope"
+--                     (published with its promotion token, not yet arrived);
+--                     limit is the task's own (its call's semaphore_limit when
+--                     it was parked) and task its task name, so promotion can
+--                     admit it by its own limit (see own_limit())
 --   KEYS[10] pmeta    HASH  {limit = last limit seen, seq = last sequence number}
 --   KEYS[11] index    ZSET  name -> Redis time (ms) at which the sweeper should
 --                     look at the name.  Only on a single server: on a
@@ -48,9 +51,10 @@ end
 -- park() and unpark() are the only writers of PARK, so TOTAL follows every
 -- change of it (counted by what ZADD / ZREM did, so a repeat cannot drift it);
 -- at zero the key is deleted, so nothing is left once no task is parked.
-local function park(id, seq, expires_ms, enqueued_ms, envelope)
+local function park(id, seq, expires_ms, enqueued_ms, limit, task, envelope)
   if redis.call('ZADD', PARK, seq, id) == 1 and TOTAL then redis.call('INCR', TOTAL) end
-  redis.call('HSET', PARKED, id, string.format('%d|%d|%d|', seq, expires_ms, enqueued_ms) .. envelope)
+  redis.call('HSET', PARKED, id,
+    string.format('%d|%d|%d|%d|', seq, expires_ms, enqueued_ms, limit) .. task .. '|' .. envelope)
 end
 
 local function unpark(id)
@@ -61,15 +65,26 @@ local function unpark(id)
 end
 
 -- Reserve a slot for `id` until NOW + deadline_ms, as a holder entry with the
--- name's limit (the caller checked admissible(state, limit), see common.lua);
+-- task's own limit (the caller checked admissible(state, limit), see common.lua);
 -- returns the promotion token (a fencing token of the name, so unique and
 -- increasing).
-local function reserve(state, id, seq, expires_ms, enqueued_ms, envelope, deadline_ms, limit)
+local function reserve(state, id, seq, expires_ms, enqueued_ms, envelope, deadline_ms, limit, task)
   local meta = cjson.encode({reserved = true, task_id = id})
   local token = add_holder(state, rsv(id), deadline_ms, limit, meta)
-  redis.call('HSET', INFLIGHT, id, string.format('%d|%d|%d|%d|%d|', token, NOW_MS + deadline_ms,
-    seq, expires_ms, enqueued_ms) .. envelope)
+  redis.call('HSET', INFLIGHT, id, string.format('%d|%d|%d|%d|%d|%d|', token, NOW_MS + deadline_ms,
+    seq, expires_ms, enqueued_ms, limit) .. task .. '|' .. envelope)
   return token
+end
+
+-- The limit a parked task is admitted by: the promoter's (evaluated now, so a
+-- raised plan applies at once) when the promoter is the same task name, else
+-- the task's own limit from when it was parked (another task name sharing the
+-- key, or the sweeper, which has no task).  The claim checks the run's limit
+-- again at arrival.
+local function own_limit(stored, task, promoter_limit, promoter_task)
+  if promoter_task ~= '' and task == promoter_task then return promoter_limit end
+  if stored and stored > 0 then return stored end
+  return promoter_limit
 end
 
 local function unreserve(id)
@@ -85,10 +100,10 @@ local function reclaim_overdue()
   local raw = redis.call('HGETALL', INFLIGHT)
   local n = 0
   for i = 1, #raw, 2 do
-    local f = split(raw[i + 1], 6)
+    local f = split(raw[i + 1], 8)
     if tonumber(f[2]) <= NOW_MS then
       unreserve(raw[i])
-      park(raw[i], tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), f[6])
+      park(raw[i], tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), f[7], f[8])
       n = n + 1
     end
   end
@@ -124,28 +139,33 @@ local function next_due(limit)
   return due
 end
 
--- Fill every free slot of the name from its park list, at most `max`:
+-- Fill every free slot of the name from its park list, at most `max`, each
+-- task admitted by its own limit (FIFO: a head that its own limit does not
+-- admit yet stops the promotion; a later release or sweep promotes it):
 -- overdue reservations first go back to the head of the list; expired
 -- parked tasks are removed and reported, never published.  Appends
 -- kind, id, token, envelope per task to `out` (kind "p": publish the
 -- envelope with this token now; "x": expired, token 0).
-local function promote_parked(limit, deadline_ms, max, out)
+local function promote_parked(limit, deadline_ms, max, out, task)
   purge_expired_holders()
   reclaim_overdue()
   local state = holder_state()
   local done = 0
-  while done < max and admissible(state, limit) do
+  while done < max do
     local head = redis.call('ZRANGE', PARK, 0, 0)[1]
     if not head then break end
-    local f = split(redis.call('HGET', PARKED, head) or '0|0|0|', 4)
-    unpark(head)
+    local f = split(redis.call('HGET', PARKED, head) or '0|0|0|0||', 6)
     local expires_ms = tonumber(f[2])
-    if expires_ms > 0 and expires_ms <= NOW_MS then
-      for _, v in ipairs({'x', head, 0, f[4]}) do out[#out + 1] = v end
+    local own = own_limit(tonumber(f[4]), f[5], limit, task or '')
+    local expired = expires_ms > 0 and expires_ms <= NOW_MS
+    if not expired and not admissible(state, own) then break end
+    unpark(head)
+    if expired then
+      for _, v in ipairs({'x', head, 0, f[6]}) do out[#out + 1] = v end
     else
-      local token = reserve(state, head, tonumber(f[1]), expires_ms, tonumber(f[3]), f[4],
-        deadline_ms, limit)
-      for _, v in ipairs({'p', head, token, f[4]}) do out[#out + 1] = v end
+      local token = reserve(state, head, tonumber(f[1]), expires_ms, tonumber(f[3]), f[6],
+        deadline_ms, own, f[5])
+      for _, v in ipairs({'p', head, token, f[6]}) do out[#out + 1] = v end
     end
     done = done + 1
   end

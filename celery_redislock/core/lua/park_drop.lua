@@ -1,7 +1,7 @@
 -- park_drop.lua: take one task out of its name's parked work (revoke,
 -- discard, a publish that failed, a revoked task met at promotion).  A
 -- reservation it held is freed (the caller then runs park_promote.lua).
--- KEYS: the eleven keys of park_common.lua (KEYS[11] only on a single server).
+-- KEYS: the twelve keys of park_common.lua (KEYS[11], KEYS[12] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token    "" to drop whatever is stored; else only the in-flight
@@ -13,14 +13,14 @@ local limit = stored_limit(0)
 local entry = redis.call('HGET', PARKED, id)
 if entry and token == '' then
   unpark(id)
-  return {'parked', split(entry, 4)[4], next_due(limit)}
+  return {'parked', split(entry, 6)[6], next_due(limit)}
 end
 entry = redis.call('HGET', INFLIGHT, id)
 if entry then
-  local f = split(entry, 6)
+  local f = split(entry, 8)
   if token == '' or token == f[1] then
     unreserve(id)
-    return {'inflight', f[6], next_due(limit)}
+    return {'inflight', f[8], next_due(limit)}
   end
 end
 return {'', '', next_due(limit)}

@@ -1,7 +1,7 @@
 -- park_enqueue.lua: the one admission decision of a park-policy task, at
 -- enqueue (mode "enqueue") and when a message without a reservation reaches
 -- a worker (mode "arrive").
--- KEYS: the eleven keys of park_common.lua (KEYS[11] only on a single server).
+-- KEYS: the twelve keys of park_common.lua (KEYS[11], KEYS[12] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] mode         "enqueue" | "arrive"
 -- ARGV[3] task_id
@@ -15,6 +15,7 @@
 -- ARGV[11] meta        mode "arrive": holder meta (JSON)
 -- ARGV[12] max_total   bound of the parked tasks over all names (0: none;
 --                      needs KEYS[12], so a single server)
+-- ARGV[13] task        the task name (stored with the entry, see own_limit())
 -- The name is *full* when no holder may join (reservations included; see
 -- admissible() in common.lua: the limits of every holder count), or anything
 -- is parked: then the task is parked (FIFO, so no newcomer
@@ -49,12 +50,12 @@ if n_parked > 0 or not admissible(state, limit) then
     if total >= max_total then return {'bounded_total', total, next_due(limit)} end
   end
   local seq = redis.call('HINCRBY', PMETA, 'seq', 1)
-  park(id, seq, expires_ms, NOW_MS, envelope)
+  park(id, seq, expires_ms, NOW_MS, limit, ARGV[13], envelope)
   return {'parked', n_parked + 1, next_due(limit)}
 end
 
 if mode == 'enqueue' then
-  local token = reserve(state, id, 0, expires_ms, NOW_MS, envelope, deadline_ms, limit)
+  local token = reserve(state, id, 0, expires_ms, NOW_MS, envelope, deadline_ms, limit, ARGV[13])
   fit_holder_ttl()
   return {'reserved', token, next_due(limit)}
 end

@@ -1,6 +1,6 @@
 -- park_inspect.lua: read-only counts (and optionally the first entries) of
 -- one name's parked work, for status and listing.
--- KEYS: the eleven keys of park_common.lua (KEYS[11] unused).
+-- KEYS: the twelve keys of park_common.lua (KEYS[11], KEYS[12] unused).
 -- ARGV[1] name
 -- ARGV[2] count    how many parked entries to list (0: none)
 -- Returns {now_ms, parked, oldest_enqueued_ms (0: none), inflight, overdue,
@@ -12,10 +12,10 @@ local oldest = 0
 local listed = {}
 local n = math.max(count, 1)
 for _, id in ipairs(redis.call('ZRANGE', PARK, 0, n - 1)) do
-  local f = split(redis.call('HGET', PARKED, id) or '0|0|0|', 4)
+  local f = split(redis.call('HGET', PARKED, id) or '0|0|0|0||', 6)
   if oldest == 0 or tonumber(f[3]) < oldest then oldest = tonumber(f[3]) end
   if count > 0 then
-    for _, v in ipairs({id, f[3], f[2], f[4]}) do listed[#listed + 1] = v end
+    for _, v in ipairs({id, f[3], f[2], f[6]}) do listed[#listed + 1] = v end
   end
 end
 local inflight, overdue = 0, 0

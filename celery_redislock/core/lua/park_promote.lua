@@ -2,16 +2,19 @@
 -- a release, and from the sweeper).  Overdue in-flight reservations go back
 -- to the head of the list first (to be re-published with a new token);
 -- expired parked tasks are removed and reported, never published.
--- KEYS: the eleven keys of park_common.lua (KEYS[11] only on a single server).
+-- KEYS: the twelve keys of park_common.lua (KEYS[11], KEYS[12] only on a single server).
 -- ARGV[1] name
--- ARGV[2] limit        0: the limit last stored for the name
+-- ARGV[2] limit        the caller's limit, for the name's due time and as the
+--                      limit stored (0: the one last stored); each parked task
+--                      is admitted by its own limit
 -- ARGV[3] deadline_ms  reservation deadline
 -- ARGV[4] max          most promotions in this call (bounds the reply)
+-- ARGV[5] task         the caller's task name ("": none, the sweeper)
 -- Returns {due, kind, id, token, envelope, ...}: kind "p" promoted (publish
 -- the envelope with this token now), "x" expired (token 0).
 
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}
-promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out)
+promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5])
 out[1] = next_due(limit)
 return out

@@ -2,13 +2,16 @@
 -- slots go to waiters (see release_owner() in common.lua) and then to the
 -- parked tasks, as park_promote.lua would fill them: one round trip from
 -- the end of a task to the next task's publish.
--- KEYS: the eleven keys of park_common.lua (KEYS[11] only on a single server).
+-- KEYS: the twelve keys of park_common.lua (KEYS[11], KEYS[12] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] owner
 -- ARGV[3] wake_ms      as release.lua's ARGV[3]
--- ARGV[4] limit        0: the limit last stored for the name
+-- ARGV[4] limit        the caller's limit, for the name's due time and as the
+--                      limit stored (0: the one last stored); each parked task
+--                      is admitted by its own limit
 -- ARGV[5] deadline_ms  reservation deadline
 -- ARGV[6] max          most promotions in this call (bounds the reply)
+-- ARGV[7] task         the releasing run's task name
 -- Returns {due, held, kind, id, token, envelope, ...}: held as release.lua's
 -- reply; the rest as park_promote.lua's.
 
@@ -20,6 +23,6 @@ if redis.call('EXISTS', PARK, INFLIGHT) == 0 then
 end
 local limit = stored_limit(tonumber(ARGV[4]))
 local out = {0, held}
-promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out)
+promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7])
 out[1] = next_due(limit)
 return out
