@@ -21,13 +21,14 @@ from .core.lease import Lease
 from .core.leaseset import Holder, Waiter
 from .core.lock import RedisLock
 from .core.semaphore import FairSemaphore
-from .parking import PARKED, ParkFull
+from .parking import PARKED, PROMOTED, ParkFull
 from .policies import SKIPPED
 from .task import LockedTask, SemaphoreTask
 
 __all__ = [
     "HEARTBEAT",
     "PARKED",
+    "PROMOTED",
     "SKIPPED",
     "AcquireTimeout",
     "FairSemaphore",

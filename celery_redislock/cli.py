@@ -411,13 +411,15 @@ def _age(seconds: float | None) -> str:
 
 
 def _format_snapshot(snap: Snapshot, url: str, max_waiters: int) -> str:
-    held = sum(len(ls.holders) for ls in snap.lease_sets)
+    reserved = sum(1 for ls in snap.lease_sets for h in ls.holders if h.meta.get("reserved"))
+    held = sum(len(ls.holders) for ls in snap.lease_sets) - reserved
     waiting = sum(len(ls.waiters) for ls in snap.lease_sets)
     if not snap.lease_sets:
         return f"nothing held or waiting under prefix {snap.prefix!r} on {url}"
+    also = f", {reserved} reserved for promoted tasks" if reserved else ""
     lines = [
         f"{len(snap.lease_sets)} lock(s)/semaphore(s) under prefix {snap.prefix!r} on {url}: "
-        f"{held} held, {waiting} waiting",
+        f"{held} held{also}, {waiting} waiting",
     ]
     for ls in snap.lease_sets:
         lines += ["", *_format_state(ls, max_waiters)]
@@ -426,20 +428,28 @@ def _format_snapshot(snap: Snapshot, url: str, max_waiters: int) -> str:
 
 def _format_state(ls: LeaseSetState, max_waiters: int) -> list[str]:
     limit = f"/{ls.limit}" if ls.limit is not None else ""
-    lines = [f"{ls.name}  [{ls.kind}]  held {len(ls.holders)}{limit}  waiting {len(ls.waiters)}"]
+    # A park reservation holds a slot for a promoted task whose message is on its
+    # way: it is not a running holder, and is shown apart.
+    reserved = [h for h in ls.holders if h.meta.get("reserved")]
+    running = len(ls.holders) - len(reserved)
+    also = f" (+{len(reserved)} reserved for promoted tasks)" if reserved else ""
+    lines = [f"{ls.name}  [{ls.kind}]  held {running}{also}{limit}  waiting {len(ls.waiters)}"]
     rows = [("TOKEN", "TASK ID", "TASK", "HOST:PID", "AGE", "TTL LEFT", "OWNER")]
     for h in ls.holders:
+        is_reservation = bool(h.meta.get("reserved"))
         rows.append(
             (
                 str(h.token),
-                task_id_of(h.owner, h.meta) or "-",
-                str(h.meta.get("task") or "-"),
-                f"{h.meta.get('host', '?')}:{h.meta.get('pid', '?')}",
+                str(h.meta.get("task_id") or "-") if is_reservation
+                else task_id_of(h.owner, h.meta) or "-",
+                "(promoted, not yet started)" if is_reservation
+                else str(h.meta.get("task") or "-"),
+                "-" if is_reservation else f"{h.meta.get('host', '?')}:{h.meta.get('pid', '?')}",
                 _seconds(max(ls.now - h.acquired_at, 0.0)),
                 f"{_seconds(max(h.expires_in, 0.0))}/{_seconds(h.ttl)}",
                 h.owner,
             )
-        )
+        )  # fmt: skip
     if ls.holders:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()

@@ -74,6 +74,7 @@ from .settings import client_for
 __all__ = [
     "HEADER_PARK_TOKEN",
     "PARKED",
+    "PROMOTED",
     "ParkFull",
     "ParkStatus",
     "Parking",
@@ -88,6 +89,8 @@ __all__ = [
 log = logging.getLogger("celery_redislock")
 
 PARKED = "PARKED"
+#: published again by a promotion, not yet started (its message is in the broker)
+PROMOTED = "PROMOTED"
 PROMOTE_BATCH = 100
 REVOKE_MEMORY = 7 * 24 * 3600  # seconds a revoke record of a parked task is kept
 
@@ -642,6 +645,8 @@ def _publish_all(
                 _mark_revoked(app, task_id, "revoked")
                 again = True
                 continue
+            # Stored before the publish: a fast worker's own state must not be overwritten.
+            _store_state(app, task_id, PROMOTED, {"lock": parking.name, "token": token})
             try:
                 republish(app, envelope, token)
                 published += 1

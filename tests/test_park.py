@@ -631,3 +631,28 @@ def test_a_lowered_limit_holds_for_tasks_already_promoted(
     for r in busy + results:
         r.get(timeout=120)
     assert max_overlap(app.recorder.events("parked_plan", key)) == 1
+
+
+def test_a_promoted_task_says_so_and_status_shows_reservations_apart(
+    redis_url: str, key: str
+) -> None:
+    from celery.bin.celery import celery as celery_main
+    from click.testing import CliRunner
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    app = create_app({"redis": redis_url, "prefix": prefix})
+    task = app.tasks["basic.parked"]
+    results = [task.delay(key, n) for n in range(3)]  # no worker: 2 in flight, 1 parked
+    assert results[2].state == park.PARKED
+    parking(app, key).drop(results[0].id)  # its reservation given back (as a discard does)
+    assert park.promote(app, f"park:{key}", LIMIT) == 1
+    assert results[2].state == park.PROMOTED  # in the broker now, not parked
+    assert park.PROMOTED == "PROMOTED"
+    out = CliRunner().invoke(
+        celery_main, ["redislock", "--url", redis_url, "--prefix", prefix, "status"],
+        catch_exceptions=False,
+    ).output  # fmt: skip
+    assert "0 held, 2 reserved for promoted tasks, 0 waiting" in out, out
+    assert f"park:{key}  [semaphore]  held 0 (+2 reserved for promoted tasks)" in out, out
+    assert out.count("(promoted, not yet started)") == 2, out
+    assert results[2].id in out and "?:?" not in out, out

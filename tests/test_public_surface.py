@@ -170,10 +170,11 @@ def test_readme_shows_every_cli_command() -> None:
 
 
 def test_states_and_errors_a_user_meets_are_importable_from_the_package() -> None:
-    from celery_redislock.parking import PARKED, ParkFull
+    from celery_redislock.parking import PARKED, PROMOTED, ParkFull
     from celery_redislock.policies import SKIPPED
 
     assert celery_redislock.PARKED == PARKED == "PARKED"
+    assert celery_redislock.PROMOTED == PROMOTED == "PROMOTED"
     assert celery_redislock.SKIPPED == SKIPPED
     assert celery_redislock.ParkFull is ParkFull
     assert {"PARKED", "SKIPPED", "ParkFull", "LockContended"} <= set(celery_redislock.__all__)
