@@ -320,12 +320,32 @@ _PROTOCOL_HEADERS = (
 )  # fmt: skip
 
 
-def _queue_name(app: Any, queue: Any, exchange: Any) -> str | None:
+def _destination(app: Any, options: Mapping[str, Any]) -> tuple[str, str]:
+    """(exchange, routing key) that Celery's ``send_task_message`` publishes to
+    with these options: its own rule (celery.app.amqp, 5.3 to 5.7), so a
+    promotion re-sends where the original went, whatever routing form chose it
+    (``queue=``, ``routing_key=``, ``exchange=``, ``task_routes``, per call).
+    Exchange ``""`` is the anonymous exchange: the routing key is the queue."""
+    queue: Any = options.get("queue")
+    exchange = options.get("exchange")
+    routing_key, exchange_type = options.get("routing_key"), options.get("exchange_type")
+    amqp = app.amqp
+    qname = queue
     if queue is None and exchange is None:
-        return str(app.amqp.default_queue.name)
-    if isinstance(queue, str):
-        return queue
-    return getattr(queue, "name", None)
+        queue = amqp.default_queue
+    if queue is not None:
+        if isinstance(queue, str):
+            qname, queue = queue, amqp.queues[queue]
+        else:
+            qname = queue.name
+    if exchange_type is None:
+        exchange_type = getattr(getattr(queue, "exchange", None), "type", None) or "direct"
+    if (not exchange or not routing_key) and exchange_type == "direct":
+        return "", str(qname)
+    if exchange is None:
+        exchange = queue.exchange.name or amqp.default_exchange
+        routing_key = routing_key or queue.routing_key or app.conf.task_default_routing_key
+    return str(getattr(exchange, "name", exchange) or ""), str(routing_key or "")
 
 
 def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -336,7 +356,7 @@ def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> d
     content_type, content_encoding, data = kombu_dumps(body, serializer=serializer)
     extra = {k: v for k, v in options.items() if k not in _CALL_OPTIONS}
     props = {**properties, **extra}
-    exchange = options.get("exchange")
+    exchange, routing_key = _destination(app, options)
     return {
         "task": headers.get("task"),
         "headers": headers,
@@ -345,9 +365,9 @@ def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> d
         "content_encoding": content_encoding,
         "compression": options.get("compression"),
         "properties": _publish_properties(props, options.get("delivery_mode")),
-        "exchange": getattr(exchange, "name", exchange) or "",
-        "routing_key": options.get("routing_key") or "",
-        "queue": _queue_name(app, options.get("queue"), exchange),
+        "exchange": exchange,
+        "routing_key": routing_key,
+        "queue": routing_key if exchange == "" else None,
     }
 
 

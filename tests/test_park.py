@@ -656,3 +656,38 @@ def test_a_promoted_task_says_so_and_status_shows_reservations_apart(
     assert f"park:{key}  [semaphore]  held 0 (+2 reserved for promoted tasks)" in out, out
     assert out.count("(promoted, not yet started)") == 2, out
     assert results[2].id in out and "?:?" not in out, out
+
+
+def require_rabbitmq() -> None:
+    from tests.test_celery_crash import rabbitmq_reachable
+
+    if not rabbitmq_reachable():
+        message = f"RabbitMQ not reachable at {RABBITMQ_URL}: the per-call routing test needs it"
+        if os.environ.get("REDISLOCK_REQUIRE_RABBITMQ"):
+            pytest.fail(message + " (REDISLOCK_REQUIRE_RABBITMQ is set)")
+        pytest.skip(message + " (apt-get install rabbitmq-server)")
+
+
+def test_promotion_resends_where_per_call_routing_sent_the_task(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A topic exchange and a routing key per call, to a worker consuming only the
+    queue bound to it: promoted tasks go back there, not to the default queue."""
+    require_rabbitmq()
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+              "broker": RABBITMQ_URL, "park_deadline": "30", "park_sweep": "0.5",
+              "topic": "1"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    route = {"exchange": f"topic-{config['prefix']}", "routing_key": "special.reports"}
+    with worker_factory(tmp_path_factory.mktemp("park-topic")) as start:
+        start(config, pool="prefork", concurrency=4,
+              extra_args=("-Q", f"special-{config['prefix']}"))  # fmt: skip
+        results = [task.apply_async((key, n, 120, True), **route) for n in range(5)]
+        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        assert parking(app, key).status().parked == 3
+        open_gate(app, key)
+        for r in results:
+            r.get(timeout=120)
+    assert_all_ran_once(app, key, [r.id for r in results])
+    assert_nothing_left(app, key)

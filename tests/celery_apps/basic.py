@@ -34,6 +34,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from kombu import Exchange, Queue
 
 from celery_redislock import LockedTask, SemaphoreTask, signals
 
@@ -99,6 +100,13 @@ def create_app(config: dict[str, str]) -> Celery:
         redislock_prefix=prefix,
         redislock_default_ttl=float(config.get("ttl", 30)),
         task_default_queue=f"q-{prefix}",
+        # config "topic": a queue bound to a topic exchange, for per-call routing
+        task_queues=(
+            [Queue(f"q-{prefix}", routing_key=f"q-{prefix}"),
+             Queue(f"special-{prefix}", Exchange(f"topic-{prefix}", type="topic"),
+                   routing_key="special.#")]
+            if config.get("topic") == "1" else None
+        ),  # fmt: skip
         worker_prefetch_multiplier=int(config.get("prefetch", 1)),
         task_acks_late=config.get("acks_late") == "1",
         task_reject_on_worker_lost=config.get("acks_late") == "1",
