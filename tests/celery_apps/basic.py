@@ -89,6 +89,15 @@ class Recorder:
         return [json.loads(raw) for raw in self.client.lrange(f"{self.prefix}:signals", 0, -1)]
 
 
+def topic_queues(prefix: str) -> list[Queue]:
+    """The default queue, and one bound to a topic exchange (``special.#``)."""
+    topic = Exchange(f"topic-{prefix}", type="topic")
+    return [
+        Queue(f"q-{prefix}", routing_key=f"q-{prefix}"),
+        Queue(f"special-{prefix}", topic, routing_key="special.#"),
+    ]
+
+
 def create_app(config: dict[str, str]) -> Celery:
     redis_url = config["redis"]
     prefix = config["prefix"]
@@ -101,12 +110,7 @@ def create_app(config: dict[str, str]) -> Celery:
         redislock_default_ttl=float(config.get("ttl", 30)),
         task_default_queue=f"q-{prefix}",
         # config "topic": a queue bound to a topic exchange, for per-call routing
-        task_queues=(
-            [Queue(f"q-{prefix}", routing_key=f"q-{prefix}"),
-             Queue(f"special-{prefix}", Exchange(f"topic-{prefix}", type="topic"),
-                   routing_key="special.#")]
-            if config.get("topic") == "1" else None
-        ),  # fmt: skip
+        task_queues=topic_queues(prefix) if config.get("topic") == "1" else None,
         worker_prefetch_multiplier=int(config.get("prefetch", 1)),
         task_acks_late=config.get("acks_late") == "1",
         task_reject_on_worker_lost=config.get("acks_late") == "1",
