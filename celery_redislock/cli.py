@@ -301,20 +301,22 @@ def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_
         click.confirm("Release?", abort=True)
     with _redis_errors(target):
         released = force_release(target.client, prefix, name, [h.owner for h in chosen])
+    # By owner: the released entries are read again, so their ages differ from `chosen`.
+    freed = {h.owner for h in released}
+    gone = [h for h in chosen if h.owner not in freed]
     if as_json:
         report = {
             "name": name,
             "prefix": prefix,
             "released": [{"owner": h.owner, "token": h.token, **h.meta} for h in released],
-            "already_gone": [h.owner for h in chosen if h not in released],
+            "already_gone": [h.owner for h in gone],
         }
         click.echo(json.dumps(report, indent=2, sort_keys=True))
         return
     for h in released:
         click.echo(f"released {name!r} token {h.token} ({_who(h.owner, h.meta)}, owner {h.owner})")
-    for h in chosen:
-        if h not in released:
-            click.echo(f"already gone: {name!r} token {h.token} (owner {h.owner})")
+    for h in gone:
+        click.echo(f"already gone: {name!r} token {h.token} (owner {h.owner})")
 
 
 # -- helpers ------------------------------------------------------------------
@@ -403,6 +405,11 @@ def _format_parked(rows: Iterable[Any], entries: bool = False) -> list[str]:
         )
         for e in r.entries if entries else ():
             lines.append(f"  {e['task_id']}  {e['task']}{e['argsrepr'] or ''}  {_age(e['age'])}")
+        for e in r.promoted if entries else ():
+            lines.append(
+                f"  {e['task_id']}  {e['task']}{e['argsrepr'] or ''}  {_age(e['age'])}  "
+                f"promoted, deadline in {_age(e['deadline_in'])}"
+            )
     return lines
 
 

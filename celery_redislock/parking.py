@@ -52,7 +52,7 @@ from kombu.serialization import dumps as _kombu_dumps
 from kombu.utils import json as _kombu_json
 from redis.exceptions import RedisError
 
-from . import signals
+from . import dedupe, signals
 from .core.errors import LockContended
 from .core.heartbeat import is_cluster
 from .core.keys import LeaseKeys
@@ -93,6 +93,12 @@ PARKED = "PARKED"
 PROMOTED = "PROMOTED"
 PROMOTE_BATCH = 100
 REVOKE_MEMORY = 7 * 24 * 3600  # seconds a revoke record of a parked task is kept
+
+
+class StillPending(Ignore):  # type: ignore[misc]
+    """A run ended without running the body, while the task itself is still to
+    run: it was parked at arrival, or it was a copy of a task that is parked or
+    in flight.  Its enqueue marker (``lock_dedupe``) stays: it is not done."""
 
 
 class ParkFull(LockContended):
@@ -183,6 +189,8 @@ class ParkStatus:
     in_flight: int  # reservations published, not yet arrived
     overdue: int  # of those, past their deadline (the sweeper re-publishes them)
     entries: list[dict[str, Any]] = field(default_factory=list)
+    #: promotions in flight (published, not yet started), when entries were asked for
+    promoted: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Parking:
@@ -279,31 +287,43 @@ class Parking:
         return text(reply[0]), text(reply[1])
 
     def status(self, count: int = 0) -> ParkStatus:
-        now_ms, parked, oldest, inflight, overdue, listed = PARK_INSPECT(
+        now_ms, parked, oldest, inflight, overdue, listed, promoted = PARK_INSPECT(
             self.client, self.keys, [self.name, count]
         )
-        entries = []
-        for i in range(0, len(listed), 4):
-            env = json_loads(text(listed[i + 3]))
-            entries.append(
-                {
-                    "task_id": text(listed[i]),
-                    "task": env.get("task"),
-                    "age": (int(now_ms) - int(listed[i + 1])) / 1000,
-                    "expires_in": (int(listed[i + 2]) - int(now_ms)) / 1000
-                    if int(listed[i + 2])
-                    else None,
-                    "argsrepr": env.get("headers", {}).get("argsrepr"),
-                }
-            )
+        now = int(now_ms)
+        entries = [
+            {**_listed(listed, i, now), "expires_in": _until(listed[i + 2], now)}
+            for i in range(0, len(listed), 4)
+        ]
+        in_flight = [
+            {**_listed(promoted, i, now), "deadline_in": _until(promoted[i + 2], now)}
+            for i in range(0, len(promoted), 4)
+        ]
         return ParkStatus(
             self.name,
             int(parked),
-            (int(now_ms) - int(oldest)) / 1000 if int(oldest) else None,
+            (now - int(oldest)) / 1000 if int(oldest) else None,
             int(inflight),
             int(overdue),
             entries,
+            in_flight,
         )
+
+
+def _listed(items: Sequence[Any], i: int, now_ms: int) -> dict[str, Any]:
+    """One listed entry of ``park_inspect.lua``: task id, enqueue time, envelope."""
+    env = json_loads(text(items[i + 3]))
+    return {
+        "task_id": text(items[i]),
+        "task": env.get("task"),
+        "age": (now_ms - int(items[i + 1])) / 1000,
+        "argsrepr": env.get("headers", {}).get("argsrepr"),
+    }
+
+
+def _until(ms: Any, now_ms: int) -> float | None:
+    """Seconds from ``now_ms`` to the Redis time ``ms`` (None for 0: never)."""
+    return (int(ms) - now_ms) / 1000 if int(ms) else None
 
 
 # -- the stored message -----------------------------------------------------
@@ -592,7 +612,7 @@ def admit(
             promote(task.app, name, lease_set.limit, parking.client, parking.prefix, task.name)
         log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
         _mark_revoked(task.app, task_id, "revoked", request)
-        raise Ignore()
+        raise Ignore()  # the task is done: __call__ gives its enqueue marker back
     outcome, value = "", ""
     if token is not None:
         outcome, value = parking.claim(
@@ -616,10 +636,10 @@ def admit(
         return lease_set
     if outcome == "parked":
         _parked(task, task_id, name, "arrive", int(value))
-        raise Ignore()
+        raise StillPending()
     _raise_if_bounded(outcome, value, name, f"{task.name}[{task_id}] not parked")
     log.info("%s[%s] dropped: a copy of a parked task (%s)", task.name, task_id, text(value))
-    raise Ignore()
+    raise StillPending()
 
 
 def _redelivered(request: Any) -> bool:
@@ -658,11 +678,11 @@ def _publish_all(
             envelope = json_loads(raw)
             if kind == "x":
                 log.warning("%s[%s] expired while parked: not run", envelope.get("task"), task_id)
-                _mark_revoked(app, task_id, "expired")
+                _never_runs(app, parking, task_id, "expired")
                 continue
             if parking.client.exists(_revoke_key(parking.prefix, task_id)):
                 parking.drop(task_id, str(token))
-                _mark_revoked(app, task_id, "revoked")
+                _never_runs(app, parking, task_id, "revoked")
                 again = True
                 continue
             # Stored before the publish: a fast worker's own state must not be overwritten.
@@ -679,6 +699,13 @@ def _publish_all(
             break
         promotions = parking.promote(limit, park_settings(app).deadline, task_name)
     return published
+
+
+def _never_runs(app: Any, parking: Parking, task_id: str, reason: str) -> None:
+    """A parked task's final state: REVOKED (``reason``), and its enqueue marker
+    (``lock_dedupe``) given back, so later calls of its key are published."""
+    _mark_revoked(app, task_id, reason)
+    dedupe.clear(parking.client, parking.prefix, parking.name, task_id)
 
 
 def _mark_revoked(app: Any, task_id: str, reason: str, request: Any = None) -> None:
@@ -758,27 +785,36 @@ def revoke(app: Any, task_id: str, name: str | None = None) -> str:
     app.control.revoke(task_id)
     where = ""
     if name is not None:
-        where, _ = Parking(client, settings.prefix, name).drop(task_id)
+        parking = Parking(client, settings.prefix, name)
+        where, _ = parking.drop(task_id)
         if where == "inflight":
             promote(app, name, client=client, prefix=settings.prefix)
-    _mark_revoked(app, task_id, "revoked")
+        _never_runs(app, parking, task_id, "revoked")
+    else:
+        _mark_revoked(app, task_id, "revoked")
     return where
 
 
 def discard(
     client: Any, prefix: str, name: str, task_ids: Sequence[str] = (), app: Any = None
 ) -> int:
-    """Discard parked tasks of ``name`` (all parked ones when ``task_ids`` is
-    empty); with ``app``, each is marked REVOKED in its result backend.
-    Returns how many were removed.  A discarded in-flight reservation passes
-    its slot on at the next promotion (release or sweep)."""
+    """Discard parked tasks of ``name`` (all parked ones and every promotion in
+    flight when ``task_ids`` is empty); with ``app``, each is marked REVOKED in
+    its result backend.  Returns how many were removed.  A discarded in-flight
+    reservation passes its slot on at the next promotion (release or sweep),
+    and its message, if it still arrives, finds no reservation and is dropped
+    (a revoke record is left for it)."""
     parking = Parking(client, prefix, name)
-    ids = list(task_ids) or [e["task_id"] for e in parking.status(count=10**6).entries]
+    everything = parking.status(count=10**6)
+    ids = list(task_ids) or [e["task_id"] for e in everything.entries + everything.promoted]
     removed = 0
     for task_id in ids:
         where, _ = parking.drop(task_id)
         if where:
             removed += 1
+            dedupe.clear(client, prefix, name, task_id)
+            if where == "inflight":  # its message is in the broker: it must not run
+                client.set(_revoke_key(prefix, task_id), 1, ex=REVOKE_MEMORY)
             if app is not None:
                 _mark_revoked(app, task_id, "discarded")
     return removed

@@ -56,6 +56,7 @@ from .diagnose import FailedClosed
 from .leases import lease_set_for
 from .limits import SlotLimit
 from .naming import KeyBuilder, keys_of_task_class
+from .parking import StillPending
 from .policies import check_policy
 from .release import release_after_run, release_dead_child
 
@@ -172,7 +173,7 @@ class GuardedTask(Task):  # type: ignore[misc]
         # under the lease, without pushing another request.
         try:
             lease_set = self._redislock_enter(request, args, kwargs)
-        except Retry:
+        except (Retry, StillPending):  # the task is still to run: its marker stays
             raise
         except BaseException:
             self._redislock_clear_marker(request, args, kwargs)  # this task id is done

@@ -12,11 +12,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import kombu
 import pytest
 import redis
 
 from celery_redislock.servers import RedisServer, free_port
+from tests import kombu_restore
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import WorkerProcess, worker_factory
 from tests.conftest import keys_with_prefix
@@ -83,16 +83,10 @@ def test_warm_shutdown_lets_running_tasks_finish_and_release(
 
 
 def redis_restore_wait() -> tuple[float, str]:
-    """How long kombu's Redis transport may take to hand out an unacked message again
+    """How long until kombu's Redis transport hands out an unacked message again
     (past its ``visibility_timeout``), and why: the wait and failure message."""
-    version = tuple(int(part) for part in kombu.__version__.split(".")[:2])
-    if version >= (5, 7):  # reads unacked_restore_interval / _throttle (0.5 s, 1 here)
-        return 60, f"the redelivered copy to meet its own lease (kombu {kombu.__version__})"
-    # Before 5.7: a restore pass every 10 s that scans on every 10th call, the
-    # first at the worker's start: the next scan comes about 100 s later.
-    return 180, (
-        f"the redelivered copy to meet its own lease: kombu {kombu.__version__} restores "
-        "unacked messages on a fixed cadence, one scan about every 100 s"
+    return 60 + kombu_restore.restore_cadence(), (
+        f"the redelivered copy to meet its own lease ({kombu_restore.why()})"
     )
 
 

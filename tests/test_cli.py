@@ -201,6 +201,8 @@ def test_release_of_one_owner_with_force_leaves_the_others(
     )
     assert result.exit_code == 0, result.output
     assert f"released 'pool' token {infos[1]['token']}" in result.stdout
+    assert "already gone" not in result.stdout  # one truthful line per slot
+    assert result.stdout.count(str(infos[1]["token"])) == 1
     left = by_name(status_json(app_module))["pool"]["holders"]
     assert sorted(h["owner"] for h in left) == sorted([infos[0]["owner"], infos[2]["owner"]])
 

@@ -282,9 +282,9 @@ def test_bound_over_all_names_is_a_clear_error(redis_url: str) -> None:
     assert task.delay(b, 4).state == park.PARKED
     assert (parking(app, a).status().parked, parking(app, b).status().parked) == (1, 2)
     # Once nothing is parked anywhere, the counter key is gone too (no key left behind).
-    assert (
-        park.discard(client, prefix, f"park:{a}") + park.discard(client, prefix, f"park:{b}") == 3
-    )
+    # Discarding all of a name takes its promotions in flight too (two per name here).
+    assert park.discard(client, prefix, f"park:{a}") == 1 + LIMIT
+    assert park.discard(client, prefix, f"park:{b}") == 2 + LIMIT
     assert client.exists(park.total_key(prefix)) == 0
     with pytest.raises(ValueError, match="redislock_park_max_total"):
         app.conf.redislock_park_max_total = -1
@@ -481,6 +481,10 @@ def test_cli_lists_and_discards_parked_tasks(redis_url: str, key: str) -> None:
         f"park:{key}", 3, 2, 0,
     )  # fmt: skip
     assert [e["task_id"] for e in row["entries"]] == [r.id for r in results[LIMIT:]]
+    assert sorted(e["task_id"] for e in row["promoted"]) == sorted(r.id for r in results[:LIMIT])
+    listed = cli("parked", "--list", "10")
+    assert all(f"{r.id}  basic.parked" in listed for r in results)
+    assert listed.count("promoted, deadline in") == LIMIT
     assert f"park:{key}  [parked]  3 parked" in cli("parked")
     assert f"park:{key}  [parked]  3 parked" in cli("status")  # status shows it too
     [in_status] = json.loads(cli("status", "--json"))["parked"]
@@ -488,8 +492,11 @@ def test_cli_lists_and_discards_parked_tasks(redis_url: str, key: str) -> None:
     assert "discarded 1 task(s)" in cli(
         "discard-parked", f"park:{key}", "--task-id", results[2].id, "-f"
     )
-    assert "discarded 2 task(s)" in cli("discard-parked", f"park:{key}", "-f")
-    assert parking(app, key).status().parked == 0
+    # All: the two parked ones and the two promotions in flight.
+    assert "discarded 4 task(s)" in cli("discard-parked", f"park:{key}", "-f")
+    status = parking(app, key).status()
+    assert (status.parked, status.in_flight) == (0, 0)
+    assert holders(app, key) == []  # the reservations went with them
 
 
 def test_worker_warns_when_the_lock_redis_persists_nothing(
@@ -690,4 +697,43 @@ def test_promotion_resends_where_per_call_routing_sent_the_task(
         for r in results:
             r.get(timeout=120)
     assert_all_ran_once(app, key, [r.id for r in results])
+    assert_nothing_left(app, key)
+
+
+def test_dedupe_markers_follow_the_parked_task_s_real_fate(
+    app: Any, worker: Any, key: str
+) -> None:
+    """Parked at arrival: the marker stays (a second call is not published).
+    Expired while parked: the marker goes (a later call is published and runs)."""
+    task, dedupe_task = app.tasks["basic.parked"], app.tasks["basic.parked_dedupe"]
+    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    # A countdown call is published as is, and parked when it arrives (the name is full).
+    first = dedupe_task.apply_async((key, 1), countdown=0.1)
+    wait_for(lambda: first.state == park.PARKED, 60, message="parked at arrival")
+    again = dedupe_task.apply_async((key, 2))
+    assert again.id == first.id  # still pending: de-duplicated, not published
+    open_gate(app, key)
+    for r in [*running, first]:
+        r.get(timeout=60)
+    ran = [e["id"] for e in app.recorder.events("parked_dedupe", key) if e["what"] == "start"]
+    assert ran == [first.id]
+    # The marker is given back once it ran: the next call is published.
+    app.recorder.client.delete(f"{app.conf.redislock_prefix}:gate:{key}")
+    running = [task.delay(key, n, 120, True) for n in range(10, 10 + LIMIT)]
+    wait_for(lambda: len(events(app, key, "start")) == 2 * LIMIT, 60, message="two more running")
+    expiring = dedupe_task.apply_async((key, 3), expires=1)  # parked at enqueue
+    assert expiring.id != first.id and expiring.state == park.PARKED
+    client, _ = client_for(app)
+    published_at = client.time()[0]
+    wait_for(lambda: client.time()[0] >= published_at + 2, 10, message="its expiry passed")
+    open_gate(app, key)
+    for r in running:
+        r.get(timeout=60)
+    wait_for(lambda: expiring.state == "REVOKED", 60, message="expired while parked")
+    after = dedupe_task.apply_async((key, 4))
+    assert after.id != expiring.id  # the marker went with the task: published
+    after.get(timeout=60)
+    ran = [e["id"] for e in app.recorder.events("parked_dedupe", key) if e["what"] == "start"]
+    assert ran == [first.id, after.id]
     assert_nothing_left(app, key)

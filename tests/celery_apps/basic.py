@@ -209,6 +209,18 @@ def create_app(config: dict[str, str]) -> Celery:
                     gate: bool = False) -> Any:  # fmt: skip
         return body(self, key, duration, gate, n=n)
 
+    @app.task(
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="basic.parked_dedupe",
+        semaphore_key="park:{key}",  # the key of basic.parked
+        semaphore_limit=2,
+        lock_dedupe=True,
+    )
+    def parked_dedupe(self: Any, key: Any, n: int = 0, duration: float = 0.2) -> Any:
+        return body(self, key, duration, n=n)
+
     def plan_limit(key: Any, **_: Any) -> int:
         """A per-account limit an operator changes in Redis (a plan change)."""
         return int(rec.client.get(f"{prefix}:plan:{key}") or 3)

@@ -28,6 +28,7 @@ import redis
 
 from celery_redislock.servers import RedisServer
 from tests.celery_harness import WorkerProcess
+from tests.kombu_restore import restore_cadence
 
 from .celery_app import SEMAPHORE_LIMIT, create_app
 from .checker import Row
@@ -85,7 +86,8 @@ def run_celery(
                 time.sleep(rng.uniform(0.2, 1.0))
                 _inject(rng, rec, rec_client, workers, start_worker, injected)
             rec("phase", name="celery-calm")
-            wait_until = time.monotonic() + 40  # > visibility timeout + restore sweep
+            # > visibility timeout + the transport's restore cadence (kombu_restore)
+            wait_until = time.monotonic() + 40 + (0 if broker else restore_cadence())
             while time.monotonic() < wait_until and not all(r.ready() for r in results):
                 time.sleep(0.2)
             states: dict[str, int] = defaultdict(int)

@@ -4,7 +4,9 @@
 -- ARGV[1] name
 -- ARGV[2] count    how many parked entries to list (0: none)
 -- Returns {now_ms, parked, oldest_enqueued_ms (0: none), inflight, overdue,
---          {task_id, enqueued_ms, expires_ms, envelope, ...}}.
+--          {task_id, enqueued_ms, expires_ms, envelope, ...} (the first count parked),
+--          {task_id, enqueued_ms, deadline_ms, envelope, ...} (with count > 0:
+--          every promotion in flight, at most count)}.
 
 local count = tonumber(ARGV[2])
 local parked = redis.call('ZCARD', PARK)
@@ -19,8 +21,14 @@ for _, id in ipairs(redis.call('ZRANGE', PARK, 0, n - 1)) do
   end
 end
 local inflight, overdue = 0, 0
-for _, entry in ipairs(redis.call('HVALS', INFLIGHT)) do
+local promoted = {}
+local raw = redis.call('HGETALL', INFLIGHT)
+for i = 1, #raw, 2 do
+  local f = split(raw[i + 1], 8)
   inflight = inflight + 1
-  if tonumber(split(entry, 3)[2]) <= NOW_MS then overdue = overdue + 1 end
+  if tonumber(f[2]) <= NOW_MS then overdue = overdue + 1 end
+  if inflight <= count then
+    for _, v in ipairs({raw[i], f[5], f[2], f[8]}) do promoted[#promoted + 1] = v end
+  end
 end
-return {NOW_MS, parked, oldest, inflight, overdue, listed}
+return {NOW_MS, parked, oldest, inflight, overdue, listed, promoted}
