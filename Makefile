@@ -44,8 +44,9 @@ test-matrix: $(VENV)/.installed
 # venv of its own installed by pip's resolver with the row's pins (docs/testing.md).
 # VERSION_TESTS: the core and Celery suites, the pool check (gevent/eventlet
 # refusal), the fault suite's short run and the demo.
-VERSION_ROWS ?= floor mid newest
+VERSION_ROWS ?= floor celery54 mid newest
 ROW_floor = "celery[redis]==5.3.0" kombu==5.3.0 redis==5.0.0
+ROW_celery54 = "celery[redis]==5.4.0" kombu==5.4.2 redis==5.0.8
 ROW_mid = "celery[redis]==5.5.3" kombu==5.5.4 redis==5.2.1
 ROW_newest = --upgrade "celery[redis]" kombu redis
 VERSION_TESTS ?= $(MATRIX_TESTS) tests/test_celery_pools.py tests/test_faults.py tests/test_demo.py
@@ -83,4 +84,4 @@ faults: $(VENV)/.installed
 	$(PY) -m tests.faults.run $(FAULTS_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-floor .venv-mid .venv-newest .venv-testing .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-floor .venv-celery54 .venv-mid .venv-newest .venv-testing .pytest_cache .mypy_cache .ruff_cache
