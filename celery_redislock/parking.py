@@ -49,6 +49,7 @@ from typing import Any
 from celery import signals as celery_signals
 from celery.exceptions import Ignore
 from kombu.serialization import dumps as _kombu_dumps
+from kombu.serialization import loads as _kombu_loads
 from kombu.utils import json as _kombu_json
 from redis.exceptions import RedisError
 
@@ -678,11 +679,11 @@ def _publish_all(
             envelope = json_loads(raw)
             if kind == "x":
                 log.warning("%s[%s] expired while parked: not run", envelope.get("task"), task_id)
-                _never_runs(app, parking, task_id, "expired")
+                _never_runs(app, parking, task_id, "expired", envelope)
                 continue
             if parking.client.exists(_revoke_key(parking.prefix, task_id)):
                 parking.drop(task_id, str(token))
-                _never_runs(app, parking, task_id, "revoked")
+                _never_runs(app, parking, task_id, "revoked", envelope)
                 again = True
                 continue
             # Stored before the publish: a fast worker's own state must not be overwritten.
@@ -701,11 +702,32 @@ def _publish_all(
     return published
 
 
-def _never_runs(app: Any, parking: Parking, task_id: str, reason: str) -> None:
-    """A parked task's final state: REVOKED (``reason``), and its enqueue marker
+def _never_runs(
+    app: Any, parking: Parking, task_id: str, reason: str, envelope: Mapping[str, Any] | None
+) -> None:
+    """A parked task's final state: REVOKED (``reason``), with the request its
+    message carried so that a chord it belongs to counts it (and fails with
+    ``ChordError``, as for a plain revoked member), and its enqueue marker
     (``lock_dedupe``) given back, so later calls of its key are published."""
-    _mark_revoked(app, task_id, reason)
+    _mark_revoked(app, task_id, reason, _request_of(envelope))
     dedupe.clear(parking.client, parking.prefix, parking.name, task_id)
+
+
+def _request_of(envelope: Mapping[str, Any] | None) -> Any:
+    """The task request (Celery's ``Context``) of a stored message, or None."""
+    if not envelope:
+        return None
+    from celery.app.task import Context
+
+    try:
+        raw = base64.b64decode(envelope["body"])
+        args, kwargs, embed = _kombu_loads(  # type: ignore[no-untyped-call]
+            raw, envelope["content_type"], envelope["content_encoding"]
+        )
+        return Context(dict(envelope["headers"]), args=args, kwargs=kwargs, **(embed or {}))
+    except Exception as exc:  # a state without the chord is still a final state
+        log.warning("could not rebuild the request of parked %s (%r)", envelope.get("task"), exc)
+        return None
 
 
 def _mark_revoked(app: Any, task_id: str, reason: str, request: Any = None) -> None:
@@ -786,10 +808,10 @@ def revoke(app: Any, task_id: str, name: str | None = None) -> str:
     where = ""
     if name is not None:
         parking = Parking(client, settings.prefix, name)
-        where, _ = parking.drop(task_id)
+        where, raw = parking.drop(task_id)
         if where == "inflight":
             promote(app, name, client=client, prefix=settings.prefix)
-        _never_runs(app, parking, task_id, "revoked")
+        _never_runs(app, parking, task_id, "revoked", json_loads(raw) if where else None)
     else:
         _mark_revoked(app, task_id, "revoked")
     return where
@@ -809,14 +831,15 @@ def discard(
     ids = list(task_ids) or [e["task_id"] for e in everything.entries + everything.promoted]
     removed = 0
     for task_id in ids:
-        where, _ = parking.drop(task_id)
+        where, raw = parking.drop(task_id)
         if where:
             removed += 1
-            dedupe.clear(client, prefix, name, task_id)
             if where == "inflight":  # its message is in the broker: it must not run
                 client.set(_revoke_key(prefix, task_id), 1, ex=REVOKE_MEMORY)
             if app is not None:
-                _mark_revoked(app, task_id, "discarded")
+                _never_runs(app, parking, task_id, "discarded", json_loads(raw))
+            else:
+                dedupe.clear(client, prefix, name, task_id)
     return removed
 
 

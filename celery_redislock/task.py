@@ -93,7 +93,7 @@ class GuardedTask(Task):  # type: ignore[misc]
         super().__init_subclass__(**kwargs)
         keys = keys_of_task_class(cls, cls._redislock_key_option)
         if keys is not None:  # a task (it defines run): check its options now
-            library = next(k for k in cls.__mro__ if k in _LIBRARY_CLASSES)
+            library = next((k for k in cls.__mro__ if k in _LIBRARY_CLASSES), GuardedTask)
             options.refuse_unknown(cls, library, _LIBRARY_CLASSES)
             cls._redislock_keys = keys
             cls._redislock_slots = SlotLimit(

@@ -737,3 +737,35 @@ def test_dedupe_markers_follow_the_parked_task_s_real_fate(
     ran = [e["id"] for e in app.recorder.events("parked_dedupe", key) if e["what"] == "start"]
     assert ran == [first.id, after.id]
     assert_nothing_left(app, key)
+
+
+def test_a_chord_counts_a_member_revoked_or_expired_while_parked(
+    app: Any, worker: Any, key: str
+) -> None:
+    """As with plain tasks, the chord ends (ChordError) instead of staying PENDING."""
+    from celery.exceptions import ChordError
+
+    task = app.tasks["basic.parked"]
+    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    header = [task.si(key, 30, 0.05), task.si(key, 31, 0.05).set(expires=1),
+              task.si(key, 32, 0.05), task.si(key, 33, 0.05)]  # fmt: skip
+    chorded = chord(header, app.tasks["basic.collect"].s()).apply_async()
+    wait_for(lambda: parking(app, key).status().parked == 4, 60, message="members parked")
+    [revoked_id] = [
+        e["task_id"] for e in parking(app, key).status(count=4).entries
+        if ", 33, " in (e["argsrepr"] or "")
+    ]  # fmt: skip
+    assert park.revoke(app, revoked_id, name=f"park:{key}") == "parked"
+    client, _ = client_for(app)
+    published_at = client.time()[0]
+    wait_for(lambda: client.time()[0] >= published_at + 2, 10, message="one member expired")
+    open_gate(app, key)
+    # The chord body itself is marked failed once every member counted (its
+    # .get() would re-raise the revoked member's error from the header first).
+    wait_for(lambda: chorded.state == "FAILURE", 120, message="the chord body FAILURE")
+    assert isinstance(chorded.result, ChordError), repr(chorded.result)
+    for r in running:
+        r.get(timeout=120)
+    assert sorted(e["n"] for e in events(app, key, "start")) == [0, 1, 30, 32]
+    assert_nothing_left(app, key)
