@@ -8,9 +8,11 @@ See docs/park.md for the state machine.  In short, per lock name:
   published (state ``PARKED``).  Otherwise a slot is *reserved* (a holder
   entry ``rsv.<task id>`` with a deadline) and the message is published with
   the reservation's promotion token in a header.
-* **arrival** (worker): a message with a token turns its reservation into the
-  lease only if the token matches (``park_claim.lua``); any other copy is
-  acked and dropped.  A message without a token (beat, ``send_task``, a
+* **arrival** (worker): while its id is in flight, the first copy of a
+  promoted message to arrive turns the reservation into its lease
+  (``park_claim.lua``); a copy whose token is stale or already claimed is
+  acked and dropped, one whose token Redis does not know (it lost its data)
+  is admitted as new.  A message without a token (beat, ``send_task``, a
   countdown retry) goes through the same admission as at enqueue: it runs if
   a slot is free and nothing is parked, else it is parked by that same call
   and acked (``Ignore``).
@@ -204,7 +206,7 @@ class Parking:
         self.cluster = is_cluster(client)
         base = LeaseKeys(prefix, name)
         keys = base.script_keys() + [
-            f"{base.base}:{k}" for k in ("park", "parked", "inflight", "pmeta")
+            f"{base.base}:{k}" for k in ("park", "parked", "inflight", "pmeta", "tokens")
         ]
         self.index = index_key(prefix)
         # On a cluster the index is in another slot: updated from the reply;
@@ -619,10 +621,12 @@ def admit(
         outcome, value = parking.claim(
             task_id, str(token), owner, lease_set.ttl, meta, lease_set.limit, task.name
         )
-        if outcome == "drop" and text(value) == "not in flight" and _redelivered(request):
-            # The delivery that claimed this promotion died before its ack (the
-            # broker gave the message back; the main process released the
-            # lease): this copy is the task now, admitted like any message
+        fate = text(value) if outcome == "drop" else ""
+        if fate == "unknown" or (fate == "claimed" and _redelivered(request)):
+            # Unknown: the lock Redis lost its data.  Claimed and redelivered:
+            # the delivery that claimed it died before its ack and the broker
+            # gave the message back (the main process released the lease).
+            # Either way this copy is the task: admitted like any message
             # without a reservation.  At least once, as Celery delivers.
             token = None
     if token is None:

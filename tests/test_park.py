@@ -20,7 +20,9 @@ from celery import chain, chord, group
 from celery.result import AsyncResult
 
 from celery_redislock import parking as park
+from celery_redislock.servers import RedisServer
 from celery_redislock.settings import client_for
+from tests import kombu_restore
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import worker_factory
 from tests.test_celery_scenarios import max_overlap
@@ -108,10 +110,12 @@ def assert_nothing_left(app: Any, key: str) -> None:
     status = parking(app, key).status()
     assert (status.parked, status.in_flight) == (0, 0)
     wait_for(lambda: holders(app, key) == [], 30, message="no slot left held")
-    # An idle name leaves only its fence behind, and no entry in the index.
+    # An idle name leaves only its fence and the fates of its recent
+    # promotion tokens behind, and no entry in the index.
     client, settings = client_for(app)
     left = {k.decode() for k in client.scan_iter(match=f"{settings.prefix}:{{park:{key}}}*")}
-    assert left <= {f"{settings.prefix}:{{park:{key}}}:fence"}, left
+    base = f"{settings.prefix}:{{park:{key}}}"
+    assert left <= {f"{base}:fence", f"{base}:tokens"}, left
     assert client.zscore(park.index_key(settings.prefix), f"park:{key}") is None
 
 
@@ -768,4 +772,95 @@ def test_a_chord_counts_a_member_revoked_or_expired_while_parked(
     for r in running:
         r.get(timeout=120)
     assert sorted(e["n"] for e in events(app, key, "start")) == [0, 1, 30, 32]
+    assert_nothing_left(app, key)
+
+
+def test_a_stale_copy_redelivered_after_a_whole_worker_kill_never_runs(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Redis broker: a worker SIGKILLed while it holds a fetched, not yet started
+    promoted message.  The sweeper re-publishes the task with a new token and it
+    runs; kombu later gives the old copy back (marked redelivered), and that copy
+    is dropped by its stale token instead of running a second time."""
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    config = {"redis": redis_url, "prefix": prefix, "ttl": "30", "visibility": "8",
+              "prefetch": "2", "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    with worker_factory(tmp_path_factory.mktemp("park-stale-redelivered")) as start:
+        doomed = start(config, pool="prefork", concurrency=2)
+        blockers = [f"{key}-busy{n}" for n in range(2)]
+        for b in blockers:  # both children busy: the next message is fetched, not started
+            app.tasks["basic.refresh_cache"].delay(b, 120, True)
+        wait_for(lambda: all(app.recorder.events("refresh_cache", b) for b in blockers), 60,
+                 message="both children busy")  # fmt: skip
+        result = app.tasks["basic.parked"].delay(key, 1, 0.1)  # a free name: reserved
+        # Logged once kombu recorded it as unacked (before that, a kill would lose
+        # the message in kombu's own window between BRPOP and that record).
+        wait_for(lambda: f"basic.parked[{result.id}] received" in doomed.log_tail(), 60,
+                 message="the message fetched")  # fmt: skip
+        assert events(app, key) == []
+        doomed.kill()
+        start(config, pool="prefork", concurrency=2)
+        result.get(timeout=120)  # re-published by the sweeper after the deadline
+        waited = 8 + kombu_restore.restore_cadence() + 60
+        wait_for(
+            lambda: any(d.startswith(result.id) and "stale" in d for d in drops(app)),
+            waited, message=f"the old copy given back and dropped ({kombu_restore.why()})",
+        )  # fmt: skip
+        wait_for(lambda: queue_length(app) == 0, 60, message="queue drained")
+    assert [e["id"] for e in events(app, key, "start")] == [result.id]
+    assert_nothing_left(app, key)
+
+
+def test_messages_in_the_broker_still_run_after_the_lock_redis_lost_its_data(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A lock Redis without persistence restarts while promoted messages wait in
+    the broker: their tokens are unknown now, and they run through the normal
+    admission (at least once), never dropped.  What was parked in that Redis is
+    gone with it (docs/park.md)."""
+    with RedisServer() as locks:
+        config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+                  "lock_redis": locks.url, "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+        app = create_app(config)
+        task = app.tasks["basic.parked"]
+        published = [task.delay(key, n, 0.1) for n in range(LIMIT)]  # no worker yet
+        assert queue_length(app) == LIMIT
+        locks.restart()  # no persistence: the reservations are gone
+        with worker_factory(tmp_path_factory.mktemp("park-lock-redis-lost")) as start:
+            start(config, pool="prefork", concurrency=2)
+            for r in published:
+                r.get(timeout=60)
+        assert sorted(e["id"] for e in events(app, key, "start")) == sorted(
+            r.id for r in published
+        )
+
+
+def test_a_queue_slower_than_the_deadline_delays_a_promoted_task_never_starves_it(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A promoted message waits in a busy queue longer than its reservation
+    deadline, and the sweeper re-publishes it behind ever more work.  The first
+    copy to arrive is the task (it claims the reservation, whichever token it
+    carries) and the later copies are dropped: it runs in its place in the
+    queue, not only once the load stops."""
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    config = {"redis": redis_url, "prefix": prefix, "ttl": "30",
+              "park_deadline": "1", "park_sweep": "0.2"}  # fmt: skip
+    app = create_app(config)
+    sleeper = app.tasks["basic.sleeper"]
+    with worker_factory(tmp_path_factory.mktemp("park-slow-queue")) as start:
+        start(config, pool="prefork", concurrency=1)
+        ahead = [sleeper.delay(f"{key}-a{n}", 0.5) for n in range(8)]
+        result = app.tasks["basic.parked"].delay(key, 1, 0.1)  # reserved, queued behind them
+        behind = [sleeper.delay(f"{key}-b{n}", 0.5) for n in range(8)]
+        for r in [*ahead, result, *behind]:
+            r.get(timeout=120)
+        wait_for(lambda: queue_length(app) == 0, 60, message="the later copies consumed")
+    started = events(app, key, "start")
+    assert [e["id"] for e in started] == [result.id]
+    behind_starts = [app.recorder.events("sleeper", f"{key}-b{n}")[0]["t"] for n in range(8)]
+    assert started[0]["t"] < min(behind_starts), "it ran in its place in the queue"
+    stale = [d for d in drops(app) if d.startswith(result.id)]
+    assert stale and all("stale" in d for d in stale), stale
     assert_nothing_left(app, key)

@@ -14,18 +14,35 @@
 --                     it was parked) and task its task name, so promotion can
 --                     admit it by its own limit (see own_limit())
 --   KEYS[10] pmeta    HASH  {limit = last limit seen, seq = last sequence number}
---   KEYS[11] index    ZSET  name -> Redis time (ms) at which the sweeper should
+--   KEYS[11] tokens   ZSET  the fate of promotion tokens no longer in flight,
+--                     member "s|<task id>|<token>" (stale: superseded, that
+--                     copy never runs: a reservation that went overdue and
+--                     was re-published with a new token, a publish its
+--                     caller cancelled, the newer copy when an older one
+--                     claimed first, a claim sent back to the park) or
+--                     "c|<task id>|<token>" (claimed: a second copy is a
+--                     duplicate), scored by the Redis time (ms) until which
+--                     it is kept: STALE_MEMORY_MS (a copy the broker gives
+--                     back late, after kombu's visibility timeout), and
+--                     CLAIMED_MEMORY_MS for at most CLAIMED_KEPT claims (a
+--                     duplicate publish arrives about when the original
+--                     does).  A token in none of these is unknown (the lock
+--                     Redis lost its data): the caller admits that copy.
+--   KEYS[12] index    ZSET  name -> Redis time (ms) at which the sweeper should
 --                     look at the name.  Only on a single server: on a
 --                     cluster it lives in another slot, so it is left out of
 --                     KEYS and the caller updates it from the reply.
---   KEYS[12] total    STRING  tasks parked over all names (single server only,
+--   KEYS[13] total    STRING  tasks parked over all names (single server only,
 --                     like the index; redislock_park_max_total needs it).
 -- ARGV[1] is always the name (the index member).
 -- Times are Redis TIME (NOW_MS from common.lua); expires_ms = 0 means never.
 
 local PARK, PARKED, INFLIGHT, PMETA = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local INDEX, TOTAL = KEYS[11], KEYS[12]
+local TOKENS, INDEX, TOTAL = KEYS[11], KEYS[12], KEYS[13]
 local PNAME = ARGV[1]
+local STALE_MEMORY_MS = 7 * 24 * 3600 * 1000  -- as the revoke records (parking.REVOKE_MEMORY)
+local CLAIMED_MEMORY_MS = 3600 * 1000  -- kombu's default visibility timeout
+local CLAIMED_KEPT = 10000
 
 local function rsv(id) return 'rsv.' .. id end
 
@@ -93,9 +110,32 @@ local function unreserve(id)
   redis.call('HDEL', INFLIGHT, id)
 end
 
+-- Record the fate of the copies of `id` carrying `token` (see TOKENS):
+-- 's' stale, 'c' claimed.  Expired records go; beyond CLAIMED_KEPT records the
+-- soonest to expire go first, which are claims (stale ones are kept longer).
+local function token_fate(fate, id, token)
+  local keep = fate == 's' and STALE_MEMORY_MS or CLAIMED_MEMORY_MS
+  redis.call('ZADD', TOKENS, NOW_MS + keep, fate .. '|' .. id .. '|' .. token)
+  redis.call('ZREMRANGEBYSCORE', TOKENS, '-inf', NOW_MS)
+  redis.call('ZREMRANGEBYRANK', TOKENS, 0, -CLAIMED_KEPT - 1)
+  redis.call('PEXPIRE', TOKENS, STALE_MEMORY_MS)
+end
+
+local function supersede(id, token) token_fate('s', id, token) end
+
+-- 'stale', 'claimed' or 'unknown'
+local function fate_of(id, token)
+  for fate, what in pairs({s = 'stale', c = 'claimed'}) do
+    local until_ms = redis.call('ZSCORE', TOKENS, fate .. '|' .. id .. '|' .. token)
+    if until_ms and tonumber(until_ms) > NOW_MS then return what end
+  end
+  return 'unknown'
+end
+
 -- In-flight reservations past their deadline go back to the head of the
 -- park list (their original sequence number), so they are re-published with a
--- new token; a late copy of the old message then no longer matches.
+-- new token; the old token is remembered as stale, so a copy of the old
+-- message that the broker gives back after the new one ran is dropped.
 local function reclaim_overdue()
   local raw = redis.call('HGETALL', INFLIGHT)
   local n = 0
@@ -103,6 +143,7 @@ local function reclaim_overdue()
     local f = split(raw[i + 1], 8)
     if tonumber(f[2]) <= NOW_MS then
       unreserve(raw[i])
+      supersede(raw[i], f[1])
       park(raw[i], tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), f[7], f[8])
       n = n + 1
     end

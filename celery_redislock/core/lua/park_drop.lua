@@ -1,7 +1,8 @@
 -- park_drop.lua: take one task out of its name's parked work (revoke,
 -- discard, a publish that failed, a revoked task met at promotion).  A
--- reservation it held is freed (the caller then runs park_promote.lua).
--- KEYS: the twelve keys of park_common.lua (KEYS[11], KEYS[12] only on a single server).
+-- reservation it held is freed (the caller then runs park_promote.lua) and
+-- its token remembered as stale, so a copy already published never runs.
+-- KEYS: the thirteen keys of park_common.lua (KEYS[12], KEYS[13] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token    "" to drop whatever is stored; else only the in-flight
@@ -20,6 +21,7 @@ if entry then
   local f = split(entry, 8)
   if token == '' or token == f[1] then
     unreserve(id)
+    supersede(id, f[1])
     return {'inflight', f[8], next_due(limit)}
   end
 end

@@ -1,7 +1,7 @@
 -- park_enqueue.lua: the one admission decision of a park-policy task, at
 -- enqueue (mode "enqueue") and when a message without a reservation reaches
 -- a worker (mode "arrive").
--- KEYS: the twelve keys of park_common.lua (KEYS[11], KEYS[12] only on a single server).
+-- KEYS: the thirteen keys of park_common.lua (KEYS[12], KEYS[13] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] mode         "enqueue" | "arrive"
 -- ARGV[3] task_id
@@ -14,7 +14,7 @@
 -- ARGV[10] ttl_ms      mode "arrive": lease length
 -- ARGV[11] meta        mode "arrive": holder meta (JSON)
 -- ARGV[12] max_total   bound of the parked tasks over all names (0: none;
---                      needs KEYS[12], so a single server)
+--                      needs KEYS[13], so a single server)
 -- ARGV[13] task        the task name (stored with the entry, see own_limit())
 -- The name is *full* when no holder may join (reservations included; see
 -- admissible() in common.lua: the limits of every holder count), or anything
