@@ -21,7 +21,7 @@ from .core.lease import Lease
 from .core.leaseset import Holder, Waiter
 from .core.lock import RedisLock
 from .core.semaphore import FairSemaphore
-from .parking import PARKED, PROMOTED, ParkFull
+from .parking import PARKED, PROMOTED, ParkFull, ParkUnclaimed
 from .policies import SKIPPED
 from .task import LockedTask, SemaphoreTask
 
@@ -42,6 +42,7 @@ __all__ = [
     "NotOwned",
     "NotReplicated",
     "ParkFull",
+    "ParkUnclaimed",
     "RedisLock",
     "SemaphoreTask",
     "StaleToken",

@@ -80,6 +80,7 @@ __all__ = [
     "PROMOTED",
     "ParkFull",
     "ParkStatus",
+    "ParkUnclaimed",
     "Parking",
     "Sweeper",
     "discard",
@@ -109,22 +110,31 @@ class ParkFull(LockContended):
     all names (``redislock_park_max_total``).  The task was not stored."""
 
 
+class ParkUnclaimed(LockContended):
+    """The final state (``FAILURE``) of a parked task that was published
+    ``redislock_park_max_publishes`` times and no worker ever started it: no
+    worker consumes the queue it is routed to, or none knows its task name.
+    Its slot passed on; a copy still in the broker never runs."""
+
+
 @dataclass(frozen=True)
 class ParkSettings:
     deadline: float = 60.0  # seconds a reservation waits for its message
     max_parked: int = 0  # per name; 0: no bound
     sweep_interval: float = 1.0
     max_total: int = 0  # over all names; 0: no bound
+    max_publishes: int = 10  # publishes with a token before a task is given up as unclaimed
 
 
 def park_settings(app: Any) -> ParkSettings:
     """``redislock_park_deadline``, ``redislock_park_max``, ``redislock_park_max_total``,
-    ``redislock_park_sweep_interval``."""
+    ``redislock_park_sweep_interval``, ``redislock_park_max_publishes``."""
     conf = app.conf
     deadline = conf.get("redislock_park_deadline", 60.0)
     max_parked = conf.get("redislock_park_max", 0) or 0
     max_total = conf.get("redislock_park_max_total", 0) or 0
     interval = conf.get("redislock_park_sweep_interval", 1.0)
+    max_publishes = conf.get("redislock_park_max_publishes", 10)
     for what, value in (("redislock_park_deadline", deadline), ("sweep interval", interval)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
@@ -132,7 +142,9 @@ def park_settings(app: Any) -> ParkSettings:
     for what, count in counts:
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"{what} must be an int >= 0, got {count!r}")
-    return ParkSettings(float(deadline), max_parked, float(interval), max_total)
+    if isinstance(max_publishes, bool) or not isinstance(max_publishes, int) or max_publishes < 1:
+        raise ValueError(f"redislock_park_max_publishes must be an int >= 1, got {max_publishes!r}")
+    return ParkSettings(float(deadline), max_parked, float(interval), max_total, max_publishes)
 
 
 def index_key(prefix: str) -> str:
@@ -172,7 +184,9 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-Promotion = tuple[str, str, int, str]  # kind ("p" publish, "x" expired), task id, token, envelope
+#: kind ("p" publish, "x" expired, "u" unclaimed), task id, token (for "u": how
+#: often it was published), envelope
+Promotion = tuple[str, str, int, str]
 
 
 def _promotions(items: Sequence[Any]) -> list[Promotion]:
@@ -264,25 +278,27 @@ class Parking:
         )
         return text(reply[0]), reply[1]
 
-    def promote(self, limit: int, deadline: float, task_name: str = "") -> list[Promotion]:
+    def promote(self, limit: int, park: ParkSettings, task_name: str = "") -> list[Promotion]:
         """Fill the free slots; ``limit`` and ``task_name`` are the caller's (0 and
         "" for the sweeper): parked tasks of that name are admitted by ``limit``,
         others by their own limit from when they were parked."""
         reply = self._call(
-            PARK_PROMOTE, [limit, _ms(deadline), PROMOTE_BATCH, _entry_field(task_name)]
+            PARK_PROMOTE,
+            [limit, _ms(park.deadline), PROMOTE_BATCH, _entry_field(task_name), park.max_publishes],
         )
         return _promotions(reply[1:])
 
     def release(
-        self, owner: str, limit: int, deadline: float, task_name: str = ""
+        self, owner: str, limit: int, park: ParkSettings, task_name: str = ""
     ) -> tuple[bool, list[Promotion]]:
         """Release ``owner``'s slot (as ``release.lua``) and promote into the
         freed slots (as :meth:`promote`), in one call; returns whether it held,
         and the promotions."""
         reply = self._call(
             PARK_RELEASE,
-            [owner, _ms(WAIT_LEASE), limit, _ms(deadline), PROMOTE_BATCH, _entry_field(task_name)],
-        )
+            [owner, _ms(WAIT_LEASE), limit, _ms(park.deadline), PROMOTE_BATCH,
+             _entry_field(task_name), park.max_publishes],
+        )  # fmt: skip
         return bool(reply[1]), _promotions(reply[2:])
 
     def drop(self, task_id: str, token: str = "") -> tuple[str, str]:
@@ -668,7 +684,7 @@ def promote(
         client, settings = client_for(app)
         prefix = settings.prefix
     parking = Parking(client, prefix, name)
-    promotions = parking.promote(limit, park_settings(app).deadline, task_name)
+    promotions = parking.promote(limit, park_settings(app), task_name)
     return _publish_all(app, parking, promotions, limit, task_name)
 
 
@@ -684,6 +700,9 @@ def _publish_all(
             if kind == "x":
                 log.warning("%s[%s] expired while parked: not run", envelope.get("task"), task_id)
                 _never_runs(app, parking, task_id, "expired", envelope)
+                continue
+            if kind == "u":
+                _unclaimed(app, parking, task_id, token, envelope)
                 continue
             if parking.client.exists(_revoke_key(parking.prefix, task_id)):
                 parking.drop(task_id, str(token))
@@ -702,7 +721,7 @@ def _publish_all(
                 )  # fmt: skip
         if not again:
             break
-        promotions = parking.promote(limit, park_settings(app).deadline, task_name)
+        promotions = parking.promote(limit, park_settings(app), task_name)
     return published
 
 
@@ -714,7 +733,38 @@ def _never_runs(
     ``ChordError``, as for a plain revoked member), and its enqueue marker
     (``lock_dedupe``) given back, so later calls of its key are published."""
     _mark_revoked(app, task_id, reason, _request_of(envelope))
+    _dropped(app, parking, task_id, reason, envelope)
+
+
+def _unclaimed(
+    app: Any, parking: Parking, task_id: str, publishes: int, envelope: Mapping[str, Any]
+) -> None:
+    """A parked task published ``publishes`` times that no worker started:
+    ``FAILURE`` with :class:`ParkUnclaimed` (errbacks and a chord it belongs
+    to are told, as for any failure), never published again."""
+    task_name = envelope.get("task")
+    exc = ParkUnclaimed(
+        f"{task_name}[{task_id}] was published {publishes} times for {parking.name!r} and no "
+        f"worker started it within redislock_park_deadline each time: is a worker consuming "
+        f"its queue, and does it know the task {task_name!r}?"
+    )
+    log.error("%s; given up (redislock_park_max_publishes)", exc)
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        app.backend.mark_as_failure(task_id, exc, request=_request_of(envelope))
+    _dropped(app, parking, task_id, "unclaimed", envelope)
+
+
+def _dropped(
+    app: Any, parking: Parking, task_id: str, reason: str, envelope: Mapping[str, Any] | None
+) -> None:
+    """Give the enqueue marker (``lock_dedupe``) back, so later calls of its key
+    are published, and send ``lock_dropped``."""
     dedupe.clear(parking.client, parking.prefix, parking.name, task_id)
+    task = app.tasks.get((envelope or {}).get("task") or "")
+    signals.lock_dropped.send(
+        sender=task, task_id=task_id, name=parking.name,
+        kind=getattr(task, "_redislock_kind", "semaphore"), reason=reason,
+    )  # fmt: skip
 
 
 def _request_of(envelope: Mapping[str, Any] | None) -> Any:
@@ -757,6 +807,9 @@ def discarded_by_worker(
             "%s[%s] discarded by the worker: its reservation of %r %s",
             task.name, task_id, name, "given back" if where else "had already lapsed",
         )  # fmt: skip
+        signals.lock_dropped.send(
+            sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
+        )
         limit = task.redislock_limit(args, kwargs)
         promote(task.app, name, limit, client, settings.prefix, task.name)
     except Exception as exc:  # the deadline frees the slot; the record is what matters
@@ -782,8 +835,7 @@ def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool
 
     def release(owner: str) -> bool:
         parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
-        deadline = park_settings(task.app).deadline
-        held, promotions = parking.release(owner, limit, deadline, task.name)
+        held, promotions = parking.release(owner, limit, park_settings(task.app), task.name)
         try:
             _publish_all(task.app, parking, promotions, limit, task.name)
         except RedisError as exc:

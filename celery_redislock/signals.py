@@ -26,6 +26,12 @@ exception in a receiver is logged, never raised into the task.
                    ``task_id``, ``name``, ``kind``, ``where`` (``"enqueue"``
                    in the caller, ``"arrive"`` in a worker), ``parked``
                    (park list length after it)
+``lock_dropped``   policy ``park`` gave up a parked or promoted task that never
+                   ran (its final state is set: ``REVOKED``, or ``FAILURE``
+                   with ``ParkUnclaimed``).  kwargs: ``task_id``, ``name``,
+                   ``kind``, ``reason`` (``"expired"``, ``"revoked"``,
+                   ``"discarded"``, ``"unclaimed"``).  ``sender`` is None
+                   where the task is not registered
 =================  ===========================================================
 """
 
@@ -33,7 +39,14 @@ from __future__ import annotations
 
 from celery.utils.dispatch import Signal
 
-__all__ = ["lock_acquired", "lock_contended", "lock_lost", "lock_parked", "lock_released"]
+__all__ = [
+    "lock_acquired",
+    "lock_contended",
+    "lock_dropped",
+    "lock_lost",
+    "lock_parked",
+    "lock_released",
+]
 
 lock_acquired = Signal(
     name="redislock_acquired", providing_args={"task_id", "name", "token", "kind", "waited"}
@@ -50,4 +63,7 @@ lock_lost = Signal(
 )
 lock_parked = Signal(
     name="redislock_parked", providing_args={"task_id", "name", "kind", "where", "parked"}
+)
+lock_dropped = Signal(
+    name="redislock_dropped", providing_args={"task_id", "name", "kind", "reason"}
 )

@@ -165,7 +165,7 @@ def test_copy_with_stale_token_is_dropped(app: Any, worker: Any, key: str) -> No
     entry = parking(app, key).status(count=1).entries[0]
     client, settings = client_for(app)
     raw = client.hget(f"{settings.prefix}:{{park:{key}}}:parked", entry["task_id"]).decode()
-    envelope = json.loads(raw.split("|", 5)[5])
+    envelope = json.loads(raw.split("|", 6)[6])
     # Two copies with tokens that match no reservation: acked and dropped.
     park.republish(app, envelope, 12345)
     park.republish(app, envelope, 0)
@@ -863,4 +863,48 @@ def test_a_queue_slower_than_the_deadline_delays_a_promoted_task_never_starves_i
     assert started[0]["t"] < min(behind_starts), "it ran in its place in the queue"
     stale = [d for d in drops(app) if d.startswith(result.id)]
     assert stale and all("stale" in d for d in stale), stale
+    assert_nothing_left(app, key)
+
+
+def test_a_promotion_no_worker_starts_is_given_up_with_a_final_state(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Promoted to a queue no worker consumes, and promoted under a task name no
+    worker knows: re-published at each deadline, then given up after
+    redislock_park_max_publishes, FAILURE with ParkUnclaimed, a log line and
+    lock_dropped; the slot passes on and nothing is re-published after that."""
+    from celery_redislock import ParkUnclaimed, SemaphoreTask
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    config = {"redis": redis_url, "prefix": prefix, "ttl": "30", "park_deadline": "1",
+              "park_sweep": "0.2"}  # fmt: skip
+    app = create_app(config)
+    app.conf.redislock_park_max_publishes = 3
+
+    @app.task(shared=False, base=SemaphoreTask, name="basic.client_only",
+              semaphore_key="park:{key}", semaphore_limit=LIMIT)  # fmt: skip
+    def client_only(key: str) -> None:  # registered here only, never in the worker
+        raise AssertionError("never runs")
+
+    task = app.tasks["basic.parked"]
+    with worker_factory(tmp_path_factory.mktemp("park-unclaimed")) as start:
+        worker = start({**config, "park_max_publishes": "3"}, pool="prefork", concurrency=2)
+        nowhere = task.apply_async((key, 1, 0.1), queue=f"nobody-{prefix}")
+        unknown = client_only.delay(key)
+        for r in (nowhere, unknown):
+            wait_for(lambda r=r: r.state == "FAILURE", 60, message="given up")
+            assert isinstance(r.result, ParkUnclaimed), repr(r.result)
+            assert "published 3 times" in str(r.result)
+        after = [task.delay(key, n, 0.1) for n in range(2, 2 + LIMIT)]  # both slots free
+        for r in after:
+            r.get(timeout=60)
+        assert parking(app, key).status().in_flight == 0
+        log = worker.log_path.read_text(errors="replace")
+        assert f"basic.parked[{nowhere.id}] was published 3 times" in log
+        assert f"basic.client_only[{unknown.id}] was published 3 times" in log
+    dropped = [s for s in app.recorder.signals() if s["signal"] == "redislock_dropped"]
+    assert [(s["task_id"], s["reason"]) for s in dropped] == [(nowhere.id, "unclaimed")]
+    client = app.recorder.client
+    assert client.llen(f"nobody-{prefix}") == 3  # three publishes, then no more
+    client.delete(f"nobody-{prefix}")
     assert_nothing_left(app, key)

@@ -10,7 +10,8 @@ Config keys (``REDISLOCK_TEST_<KEY>`` in the worker's environment):
 key prefix, queue name and record keys), ``broker``, ``lock_redis``, ``ttl``
 (``redislock_default_ttl``), ``prefetch``, ``acks_late`` ("1"),
 ``visibility`` (Redis broker ``visibility_timeout``), ``ready_file``,
-``park_deadline`` / ``park_max`` / ``park_max_total`` / ``park_sweep``
+``park_deadline`` / ``park_max`` / ``park_max_total`` / ``park_sweep`` /
+``park_max_publishes``
 (``redislock_park_*``).
 
 Fault injection for the park policy: a worker process that finds the key
@@ -131,6 +132,7 @@ def create_app(config: dict[str, str]) -> Celery:
         redislock_park_deadline=float(config.get("park_deadline", 60)),
         redislock_park_max=int(config.get("park_max", 0)),
         redislock_park_max_total=int(config.get("park_max_total", 0)),
+        redislock_park_max_publishes=int(config.get("park_max_publishes", 10)),
         redislock_park_sweep_interval=float(config.get("park_sweep", 0.5)),
     )
     rec = Recorder(redis_url, prefix)
@@ -356,6 +358,7 @@ def create_app(config: dict[str, str]) -> Celery:
         signals.lock_released,
         signals.lock_lost,
         signals.lock_parked,
+        signals.lock_dropped,
     ):
 
         def receiver(sender: Any = None, _signal: Any = lib_signal, **kwargs: Any) -> None:

@@ -29,10 +29,10 @@ local ttl_ms, meta, limit = tonumber(ARGV[5]), ARGV[6], stored_limit(tonumber(AR
 
 local entry = redis.call('HGET', INFLIGHT, id)
 if not entry then return {'drop', fate_of(id, token), next_due(limit)} end
-local f = split(entry, 8)
+local e = read_inflight(entry)
 unreserve(id)
-if f[1] ~= token then
-  supersede(id, f[1])
+if e.token ~= token then
+  supersede(id, e.token)
   redis.call('ZREM', TOKENS, 's|' .. id .. '|' .. token)  -- this copy is the task now
 end
 purge_expired_holders()
@@ -42,7 +42,8 @@ local state = holder_state()
 -- and no holder may share the name with more holders than its own limit allows.
 if not admissible(state, limit) then
   supersede(id, token)  -- it gets a new token when promoted again
-  park(id, tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), limit, ARGV[8], f[8])
+  e.limit, e.task = limit, ARGV[8]
+  park(id, e)
   return {'parked', 0, next_due(limit)}
 end
 token_fate('c', id, token)

@@ -7,12 +7,9 @@
 --                     deadline, so it counts against the limit everywhere
 --                     (acquire, inspect, purge) and lapses by itself.
 --   KEYS[7]  park     ZSET  parked task id -> sequence number (FIFO order)
---   KEYS[8]  parked   HASH  parked task id -> "seq|expires_ms|enqueued_ms|limit|task|envelope"
---   KEYS[9]  inflight HASH  reserved task id -> "token|deadline_ms|seq|expires_ms|enqueued_ms|limit|task|envelope"
---                     (published with its promotion token, not yet arrived);
---                     limit is the task's own (its call's semaphore_limit when
---                     it was parked) and task its task name, so promotion can
---                     admit it by its own limit (see own_limit())
+--   KEYS[8]  parked   HASH  parked task id -> entry (see read_entry())
+--   KEYS[9]  inflight HASH  reserved task id -> "token|deadline_ms|" .. entry
+--                     (published with its promotion token, not yet arrived)
 --   KEYS[10] pmeta    HASH  {limit = last limit seen, seq = last sequence number}
 --   KEYS[11] tokens   ZSET  the fate of promotion tokens no longer in flight,
 --                     member "s|<task id>|<token>" (stale: superseded, that
@@ -65,13 +62,36 @@ local function stored_limit(limit)
   return tonumber(redis.call('HGET', PMETA, 'limit') or '1')
 end
 
+-- A parked task, as stored: "seq|expires_ms|enqueued_ms|limit|publishes|task|envelope".
+-- limit is the task's own (its call's semaphore_limit when it was parked) and
+-- task its task name, so promotion can admit it by its own limit (see
+-- own_limit()); publishes counts how often it was published with a token
+-- (see promote_parked()); envelope is the stored message (opaque JSON).
+local function read_entry(raw)
+  local f = split(raw or '0|0|0|0|0||', 7)
+  return {seq = tonumber(f[1]), expires_ms = tonumber(f[2]), enqueued_ms = tonumber(f[3]),
+    limit = tonumber(f[4]), publishes = tonumber(f[5]), task = f[6], envelope = f[7]}
+end
+
+local function entry_string(e)
+  return string.format('%d|%d|%d|%d|%d|', e.seq, e.expires_ms, e.enqueued_ms, e.limit,
+    e.publishes) .. e.task .. '|' .. e.envelope
+end
+
+-- An in-flight reservation: its token, its deadline and the parked entry.
+local function read_inflight(raw)
+  local f = split(raw, 3)
+  local e = read_entry(f[3])
+  e.token, e.deadline_ms = f[1], tonumber(f[2])
+  return e
+end
+
 -- park() and unpark() are the only writers of PARK, so TOTAL follows every
 -- change of it (counted by what ZADD / ZREM did, so a repeat cannot drift it);
 -- at zero the key is deleted, so nothing is left once no task is parked.
-local function park(id, seq, expires_ms, enqueued_ms, limit, task, envelope)
-  if redis.call('ZADD', PARK, seq, id) == 1 and TOTAL then redis.call('INCR', TOTAL) end
-  redis.call('HSET', PARKED, id,
-    string.format('%d|%d|%d|%d|', seq, expires_ms, enqueued_ms, limit) .. task .. '|' .. envelope)
+local function park(id, e)
+  if redis.call('ZADD', PARK, e.seq, id) == 1 and TOTAL then redis.call('INCR', TOTAL) end
+  redis.call('HSET', PARKED, id, entry_string(e))
 end
 
 local function unpark(id)
@@ -81,15 +101,16 @@ local function unpark(id)
   redis.call('HDEL', PARKED, id)
 end
 
--- Reserve a slot for `id` until NOW + deadline_ms, as a holder entry with the
--- task's own limit (the caller checked admissible(state, limit), see common.lua);
--- returns the promotion token (a fencing token of the name, so unique and
--- increasing).
-local function reserve(state, id, seq, expires_ms, enqueued_ms, envelope, deadline_ms, limit, task)
+-- Reserve a slot for task `id` (entry `e`, which counts this publish) until
+-- NOW + deadline_ms, as a holder entry with the task's own limit e.limit (the
+-- caller checked admissible(state, e.limit), see common.lua); returns the
+-- promotion token (a fencing token of the name, so unique and increasing).
+local function reserve(state, id, e, deadline_ms)
   local meta = cjson.encode({reserved = true, task_id = id})
-  local token = add_holder(state, rsv(id), deadline_ms, limit, meta)
-  redis.call('HSET', INFLIGHT, id, string.format('%d|%d|%d|%d|%d|%d|', token, NOW_MS + deadline_ms,
-    seq, expires_ms, enqueued_ms, limit) .. task .. '|' .. envelope)
+  local token = add_holder(state, rsv(id), deadline_ms, e.limit, meta)
+  e.publishes = e.publishes + 1
+  redis.call('HSET', INFLIGHT, id,
+    string.format('%d|%d|', token, NOW_MS + deadline_ms) .. entry_string(e))
   return token
 end
 
@@ -140,11 +161,11 @@ local function reclaim_overdue()
   local raw = redis.call('HGETALL', INFLIGHT)
   local n = 0
   for i = 1, #raw, 2 do
-    local f = split(raw[i + 1], 8)
-    if tonumber(f[2]) <= NOW_MS then
+    local e = read_inflight(raw[i + 1])
+    if e.deadline_ms <= NOW_MS then
       unreserve(raw[i])
-      supersede(raw[i], f[1])
-      park(raw[i], tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]), f[7], f[8])
+      supersede(raw[i], e.token)
+      park(raw[i], e)
       n = n + 1
     end
   end
@@ -183,11 +204,14 @@ end
 -- Fill every free slot of the name from its park list, at most `max`, each
 -- task admitted by its own limit (FIFO: a head that its own limit does not
 -- admit yet stops the promotion; a later release or sweep promotes it):
--- overdue reservations first go back to the head of the list; expired
--- parked tasks are removed and reported, never published.  Appends
--- kind, id, token, envelope per task to `out` (kind "p": publish the
--- envelope with this token now; "x": expired, token 0).
-local function promote_parked(limit, deadline_ms, max, out, task)
+-- overdue reservations first go back to the head of the list.  Tasks that
+-- will never run leave the list, reported, never published: expired ones,
+-- and ones already published `max_publishes` times without a worker claiming
+-- them (no worker consumes their queue or knows their task name; 0: no
+-- bound).  Appends kind, id, token, envelope per task to `out` (kind "p":
+-- publish the envelope with this token now; "x": expired, token 0; "u":
+-- unclaimed, token = how often it was published).
+local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
   purge_expired_holders()
   reclaim_overdue()
   local state = holder_state()
@@ -195,19 +219,22 @@ local function promote_parked(limit, deadline_ms, max, out, task)
   while done < max do
     local head = redis.call('ZRANGE', PARK, 0, 0)[1]
     if not head then break end
-    local f = split(redis.call('HGET', PARKED, head) or '0|0|0|0||', 6)
-    local expires_ms = tonumber(f[2])
-    local own = own_limit(tonumber(f[4]), f[5], limit, task or '')
-    local expired = expires_ms > 0 and expires_ms <= NOW_MS
-    if not expired and not admissible(state, own) then break end
+    local e = read_entry(redis.call('HGET', PARKED, head))
+    local own = own_limit(e.limit, e.task, limit, task or '')
+    local expired = e.expires_ms > 0 and e.expires_ms <= NOW_MS
+    local unclaimed = max_publishes > 0 and e.publishes >= max_publishes
+    if not expired and not unclaimed and not admissible(state, own) then break end
     unpark(head)
+    local reply
     if expired then
-      for _, v in ipairs({'x', head, 0, f[6]}) do out[#out + 1] = v end
+      reply = {'x', head, 0, e.envelope}
+    elseif unclaimed then
+      reply = {'u', head, e.publishes, e.envelope}
     else
-      local token = reserve(state, head, tonumber(f[1]), expires_ms, tonumber(f[3]), f[6],
-        deadline_ms, own, f[5])
-      for _, v in ipairs({'p', head, token, f[6]}) do out[#out + 1] = v end
+      e.limit = own
+      reply = {'p', head, reserve(state, head, e, deadline_ms), e.envelope}
     end
+    for _, v in ipairs(reply) do out[#out + 1] = v end
     done = done + 1
   end
   fit_holder_ttl()

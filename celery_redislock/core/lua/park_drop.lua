@@ -14,15 +14,15 @@ local limit = stored_limit(0)
 local entry = redis.call('HGET', PARKED, id)
 if entry and token == '' then
   unpark(id)
-  return {'parked', split(entry, 6)[6], next_due(limit)}
+  return {'parked', read_entry(entry).envelope, next_due(limit)}
 end
 entry = redis.call('HGET', INFLIGHT, id)
 if entry then
-  local f = split(entry, 8)
-  if token == '' or token == f[1] then
+  local e = read_inflight(entry)
+  if token == '' or token == e.token then
     unreserve(id)
-    supersede(id, f[1])
-    return {'inflight', f[8], next_due(limit)}
+    supersede(id, e.token)
+    return {'inflight', e.envelope, next_due(limit)}
   end
 end
 return {'', '', next_due(limit)}

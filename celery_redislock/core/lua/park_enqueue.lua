@@ -50,12 +50,14 @@ if n_parked > 0 or not admissible(state, limit) then
     if total >= max_total then return {'bounded_total', total, next_due(limit)} end
   end
   local seq = redis.call('HINCRBY', PMETA, 'seq', 1)
-  park(id, seq, expires_ms, NOW_MS, limit, ARGV[13], envelope)
+  park(id, {seq = seq, expires_ms = expires_ms, enqueued_ms = NOW_MS, limit = limit,
+    publishes = 0, task = ARGV[13], envelope = envelope})
   return {'parked', n_parked + 1, next_due(limit)}
 end
 
 if mode == 'enqueue' then
-  local token = reserve(state, id, 0, expires_ms, NOW_MS, envelope, deadline_ms, limit, ARGV[13])
+  local token = reserve(state, id, {seq = 0, expires_ms = expires_ms, enqueued_ms = NOW_MS,
+    limit = limit, publishes = 0, task = ARGV[13], envelope = envelope}, deadline_ms)
   fit_holder_ttl()
   return {'reserved', token, next_due(limit)}
 end

@@ -14,21 +14,23 @@ local oldest = 0
 local listed = {}
 local n = math.max(count, 1)
 for _, id in ipairs(redis.call('ZRANGE', PARK, 0, n - 1)) do
-  local f = split(redis.call('HGET', PARKED, id) or '0|0|0|0||', 6)
-  if oldest == 0 or tonumber(f[3]) < oldest then oldest = tonumber(f[3]) end
+  local e = read_entry(redis.call('HGET', PARKED, id))
+  if oldest == 0 or e.enqueued_ms < oldest then oldest = e.enqueued_ms end
   if count > 0 then
-    for _, v in ipairs({id, f[3], f[2], f[6]}) do listed[#listed + 1] = v end
+    for _, v in ipairs({id, e.enqueued_ms, e.expires_ms, e.envelope}) do listed[#listed + 1] = v end
   end
 end
 local inflight, overdue = 0, 0
 local promoted = {}
 local raw = redis.call('HGETALL', INFLIGHT)
 for i = 1, #raw, 2 do
-  local f = split(raw[i + 1], 8)
+  local e = read_inflight(raw[i + 1])
   inflight = inflight + 1
-  if tonumber(f[2]) <= NOW_MS then overdue = overdue + 1 end
+  if e.deadline_ms <= NOW_MS then overdue = overdue + 1 end
   if inflight <= count then
-    for _, v in ipairs({raw[i], f[5], f[2], f[8]}) do promoted[#promoted + 1] = v end
+    for _, v in ipairs({raw[i], e.enqueued_ms, e.deadline_ms, e.envelope}) do
+      promoted[#promoted + 1] = v
+    end
   end
 end
 return {NOW_MS, parked, oldest, inflight, overdue, listed, promoted}

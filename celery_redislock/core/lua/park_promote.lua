@@ -10,11 +10,14 @@
 -- ARGV[3] deadline_ms  reservation deadline
 -- ARGV[4] max          most promotions in this call (bounds the reply)
 -- ARGV[5] task         the caller's task name ("": none, the sweeper)
+-- ARGV[6] max_publishes  how often a task is published before it is given up
+--                      as unclaimed (0: no bound; see promote_parked())
 -- Returns {due, kind, id, token, envelope, ...}: kind "p" promoted (publish
--- the envelope with this token now), "x" expired (token 0).
+-- the envelope with this token now), "x" expired (token 0), "u" unclaimed
+-- (token: how often it was published).
 
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}
-promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5])
+promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5], tonumber(ARGV[6]))
 out[1] = next_due(limit)
 return out

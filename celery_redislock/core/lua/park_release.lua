@@ -12,6 +12,7 @@
 -- ARGV[5] deadline_ms  reservation deadline
 -- ARGV[6] max          most promotions in this call (bounds the reply)
 -- ARGV[7] task         the releasing run's task name
+-- ARGV[8] max_publishes  as park_promote.lua's ARGV[6]
 -- Returns {due, held, kind, id, token, envelope, ...}: held as release.lua's
 -- reply; the rest as park_promote.lua's.
 
@@ -23,6 +24,6 @@ if redis.call('EXISTS', PARK, INFLIGHT) == 0 then
 end
 local limit = stored_limit(tonumber(ARGV[4]))
 local out = {0, held}
-promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7])
+promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7], tonumber(ARGV[8]))
 out[1] = next_due(limit)
 return out
