@@ -40,6 +40,7 @@ import click
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from . import parking
+from .core import liveness
 from .core.connection import client_from_url, redact
 from .core.inspection import (
     LeaseSetState,
@@ -211,12 +212,14 @@ def status(target: Target, as_json: bool, match: str, max_waiters: int) -> None:
         snap = snapshot(target.client, target.prefix, match)
         parked = [r for r in parking.status(target.client, target.prefix)
                   if fnmatch.fnmatchcase(r.name, match)]  # fmt: skip
+        stated = _statements(target, snap)
     snap = replace(snap, lease_sets=tuple(target.with_limits(snap.lease_sets)))
     if as_json:
-        body = {"url": target.url, **snap.as_dict(), "parked": [vars(r) for r in parked]}
+        body = {"url": target.url, **snap.as_dict(), "parked": [vars(r) for r in parked],
+                "last_statement_ago": stated}  # fmt: skip
         click.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
     else:
-        click.echo(_format_snapshot(snap, target.url, max_waiters))
+        click.echo(_format_snapshot(snap, target.url, max_waiters, stated))
         for line in _format_parked(parked):
             click.echo(line)
 
@@ -413,11 +416,35 @@ def _format_parked(rows: Iterable[Any], entries: bool = False) -> list[str]:
     return lines
 
 
+def _alive(stated: dict[str, float | None], owner: str) -> str:
+    """The ALIVE column: when the holder's worker process last stated its
+    holdings (every ttl/3 while it holds any): an age well above that means the
+    process is gone or stuck.  "-" for reservations and holders outside a
+    worker, which state nothing."""
+    ago = stated.get(owner)
+    return "-" if ago is None else f"{_seconds(ago)} ago"
+
+
 def _age(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f}s"
 
 
-def _format_snapshot(snap: Snapshot, url: str, max_waiters: int) -> str:
+def _statements(target: Target, snap: Snapshot) -> dict[str, float | None]:
+    """Per holder owner: seconds since its process last stated its holdings
+    (core/liveness.py), None if it has no statement (dead, or not a worker)."""
+    out: dict[str, float | None] = {}
+    for ls in snap.lease_sets:
+        for h in ls.holders:
+            proc = h.meta.get("proc")
+            if isinstance(proc, str):
+                at = liveness.last_statement(target.client, target.prefix, proc)
+                out[h.owner] = None if at is None else round(max(ls.now - at, 0.0), 1)
+    return out
+
+
+def _format_snapshot(
+    snap: Snapshot, url: str, max_waiters: int, stated: dict[str, float | None]
+) -> str:
     reserved = sum(1 for ls in snap.lease_sets for h in ls.holders if h.meta.get("reserved"))
     held = sum(len(ls.holders) for ls in snap.lease_sets) - reserved
     waiting = sum(len(ls.waiters) for ls in snap.lease_sets)
@@ -429,11 +456,13 @@ def _format_snapshot(snap: Snapshot, url: str, max_waiters: int) -> str:
         f"{held} held{also}, {waiting} waiting",
     ]
     for ls in snap.lease_sets:
-        lines += ["", *_format_state(ls, max_waiters)]
+        lines += ["", *_format_state(ls, max_waiters, stated)]
     return "\n".join(lines)
 
 
-def _format_state(ls: LeaseSetState, max_waiters: int) -> list[str]:
+def _format_state(
+    ls: LeaseSetState, max_waiters: int, stated: dict[str, float | None]
+) -> list[str]:
     limit = f"/{ls.limit}" if ls.limit is not None else ""
     # A park reservation holds a slot for a promoted task whose message is on its
     # way: it is not a running holder, and is shown apart.
@@ -441,7 +470,7 @@ def _format_state(ls: LeaseSetState, max_waiters: int) -> list[str]:
     running = len(ls.holders) - len(reserved)
     also = f" (+{len(reserved)} reserved for promoted tasks)" if reserved else ""
     lines = [f"{ls.name}  [{ls.kind}]  held {running}{also}{limit}  waiting {len(ls.waiters)}"]
-    rows = [("TOKEN", "TASK ID", "TASK", "HOST:PID", "AGE", "TTL LEFT", "OWNER")]
+    rows = [("TOKEN", "TASK ID", "TASK", "HOST:PID", "ALIVE", "AGE", "TTL LEFT", "OWNER")]
     for h in ls.holders:
         is_reservation = bool(h.meta.get("reserved"))
         rows.append(
@@ -452,6 +481,7 @@ def _format_state(ls: LeaseSetState, max_waiters: int) -> list[str]:
                 "(promoted, not yet started)" if is_reservation
                 else str(h.meta.get("task") or "-"),
                 "-" if is_reservation else f"{h.meta.get('host', '?')}:{h.meta.get('pid', '?')}",
+                _alive(stated, h.owner),
                 _seconds(max(ls.now - h.acquired_at, 0.0)),
                 f"{_seconds(max(h.expires_in, 0.0))}/{_seconds(h.ttl)}",
                 h.owner,

@@ -41,7 +41,6 @@ import base64
 import contextlib
 import contextvars
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +55,7 @@ from kombu.utils import json as _kombu_json
 from redis.exceptions import RedisError
 
 from . import dedupe, signals
+from .core import liveness
 from .core.errors import LockContended
 from .core.heartbeat import is_cluster
 from .core.keys import LeaseKeys
@@ -270,7 +270,13 @@ class Parking:
         return text(reply[0]), reply[1]
 
     def claim(
-        self, task_id: str, token: str, owner: str, ttl: float, meta: str, limit: int,
+        self,
+        task_id: str,
+        token: str,
+        owner: str,
+        ttl: float,
+        meta: str,
+        limit: int,
         task_name: str = "",
     ) -> tuple[str, Any]:
         reply = self._call(
@@ -619,7 +625,7 @@ def admit(
     name, task_id = lease_set.name, request.id
     parking = Parking(lease_set.client, lease_set.keys.prefix, name)
     owner = new_owner(lease_set.owner_prefix)
-    meta = f'{lease_set._meta_head}"pid": {os.getpid()}}}'
+    meta = lease_set.holder_meta()
     token = header(request, HEADER_PARK_TOKEN)
     sent_at = time.monotonic()
     park = park_settings(task.app)
@@ -909,6 +915,39 @@ def status(
     return [Parking(client, prefix, name).status(count) for name in names]
 
 
+# -- holders that died with their worker --------------------------------------
+
+
+def release_dead_holders(app: Any) -> int:
+    """Give back the leases of processes of this machine that are provably dead
+    (see core/liveness.py: a whole worker killed, whose main process could not
+    clean up after its children), and promote parked work into the freed slots,
+    before the leases' TTL would have freed them.  Returns how many it released."""
+    client, settings = client_for(app)
+    park = park_settings(app)
+    released = 0
+    for dead in liveness.dead_processes(client, settings.prefix):
+        for name, owners in dead.holdings.items():
+            parking = Parking(client, settings.prefix, name)
+            for owner in owners:
+                held, promotions = parking.release(owner, 0, park)
+                if held:
+                    released += 1
+                    log.warning(
+                        "released %r held by process %s, which died on this machine (owner %s)",
+                        name, dead.process, owner,
+                    )  # fmt: skip
+                _publish_all(app, parking, promotions, 0)
+        liveness.forget(client, settings.prefix, dead.process)
+    return released
+
+
+def _state_holdings(**_: Any) -> None:
+    """In every worker process (pool children, and the main process, where the
+    solo and threads pools run tasks): state what it holds (core/liveness.py)."""
+    liveness.RECORDER.enable()
+
+
 # -- the sweeper --------------------------------------------------------------
 
 
@@ -941,6 +980,7 @@ class Sweeper:
 
     def sweep_once(self) -> int:
         client, settings = client_for(self.app)
+        release_dead_holders(self.app)
         names = PARK_DUE(client, [index_key(settings.prefix)], [1000])
         published = 0
         for raw in names:
@@ -977,6 +1017,8 @@ def _stop_sweepers(**_: Any) -> None:
 
 
 celery_signals.worker_ready.connect(_start_sweeper, weak=False)
+celery_signals.worker_ready.connect(_state_holdings, weak=False)
+celery_signals.worker_process_init.connect(_state_holdings, weak=False)
 celery_signals.worker_shutdown.connect(_stop_sweepers, weak=False)
 
 

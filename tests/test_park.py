@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -908,3 +909,99 @@ def test_a_promotion_no_worker_starts_is_given_up_with_a_final_state(
     assert client.llen(f"nobody-{prefix}") == 3  # three publishes, then no more
     client.delete(f"nobody-{prefix}")
     assert_nothing_left(app, key)
+
+
+def held_by(app: Any, key: str) -> list[Any]:
+    """The holders of ``key`` as ``status`` shows them (reservations included)."""
+    from celery_redislock.core.inspection import inspect_names
+
+    client, settings = client_for(app)
+    return list(inspect_names(client, settings.prefix, [f"park:{key}"])[0].holders)
+
+
+def stated_names(app: Any) -> list[str]:
+    """Lock names stated by live or dead processes of this machine (core/liveness.py)."""
+    from celery_redislock.core import liveness
+
+    client, settings = client_for(app)
+    space = liveness.process_space()
+    assert space is not None, "needs Linux /proc"
+    names = []
+    for raw in client.zrange(f"{settings.prefix}:{{live:{space}}}", 0, -1):
+        record = client.get(f"{settings.prefix}:{{live:{space}}}:{raw.decode()}")
+        names += list(json.loads(record)) if record else []
+    return names
+
+
+def test_a_whole_worker_killed_gives_its_slots_back_before_their_ttl(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A worker SIGKILLed whole (main process and children) and restarted on the
+    same machine: the restarted worker finds its predecessor's children dead
+    (their pids gone) and gives their slots back at once, so the parked tasks
+    start long before the leases' 30 s TTL would have freed them."""
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    client, _ = client_for(app)
+    with worker_factory(tmp_path_factory.mktemp("park-dead-worker")) as start:
+        first = start(config, pool="prefork", concurrency=4)
+        fill_the_name(app, key)
+        waiting = [task.delay(key, n, 0.1) for n in range(10, 10 + LIMIT)]
+        wait_for(lambda: stated_names(app).count(f"park:{key}") == LIMIT, 30,
+                 message="both holders stated")  # fmt: skip
+        from celery.bin.celery import celery as celery_main
+        from click.testing import CliRunner
+
+        out = CliRunner().invoke(
+            celery_main, ["redislock", "--url", redis_url, "--prefix", config["prefix"], "status"],
+            catch_exceptions=False,
+        ).output  # fmt: skip
+        assert "ALIVE" in out and out.count("s ago") == LIMIT, out  # both holders' statements
+        expiries = [score for _, score in client.zrange(
+            f"{config['prefix']}:{{park:{key}}}:holders", 0, -1, withscores=True)]  # fmt: skip
+        first.kill()
+        second = start(config, pool="prefork", concurrency=4)
+        for r in waiting:
+            r.get(timeout=60)
+        seconds, micros = client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        assert now_ms < min(expiries), "the dead holders' slots came back before their TTL"
+        assert second.log_path.read_text(errors="replace").count("which died on this machine") == 2
+        # The dead processes' statements are gone, and idle processes state nothing.
+        wait_for(lambda: stated_names(app) == [], 30, message="no statement left")
+
+
+def test_a_paused_main_process_never_costs_its_running_child_its_slot(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The worker's main process is paused (SIGSTOP) while one child runs and
+    another child dies: a second worker on the machine gives back the dead
+    child's slot, and leaves the running child's slot alone."""
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    with worker_factory(tmp_path_factory.mktemp("park-paused-main")) as start:
+        paused = start(config, pool="prefork", concurrency=2)
+        fill_the_name(app, key)
+        waiting = task.delay(key, 10, 0.1)
+        wait_for(lambda: stated_names(app).count(f"park:{key}") == LIMIT, 30,
+                 message="both holders stated")  # fmt: skip
+        doomed, alive = events(app, key, "start")
+        os.kill(paused.pid, signal.SIGSTOP)
+        try:
+            os.kill(doomed["pid"], signal.SIGKILL)
+            killed = {**doomed, "what": "end", "t": time.time()}  # its body ends here
+            start(config, pool="prefork", concurrency=2)
+            waiting.get(timeout=60)  # the dead child's slot came back
+            holder_pids = [h.meta.get("pid") for h in held_by(app, key)]
+            assert alive["pid"] in holder_pids, "the running child keeps its slot"
+            ended = {e["id"] for e in events(app, key, "end")}
+            assert alive["id"] not in ended, "and its body still runs"
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+        open_gate(app, key)
+        AsyncResult(alive["id"], app=app).get(timeout=60)
+    assert max_overlap([*events(app, key), killed]) <= LIMIT

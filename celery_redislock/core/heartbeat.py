@@ -41,7 +41,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -168,6 +168,10 @@ def _ms(seconds: float) -> int:
 class Heartbeat:
     """The per-process renewer.  Use the module-level :data:`HEARTBEAT`."""
 
+    #: called (without arguments, holding no lock) after a lease is added or
+    #: discarded; liveness.Recorder states the holdings when it changes
+    on_change: Callable[[], None] | None = None
+
     def __init__(self) -> None:
         self._reset()
 
@@ -196,10 +200,14 @@ class Heartbeat:
                 # not woken: it beats within scheduled_ttl / 3 <= lease.ttl / 3.
                 self._scheduled_ttl = lease.ttl
                 self._cond.notify_all()
+        if self.on_change is not None:
+            self.on_change()
 
     def discard(self, lease: Lease) -> None:
         with self._cond:
             self._leases.pop(id(lease), None)
+        if self.on_change is not None:
+            self.on_change()
 
     def leases(self) -> list[Lease]:
         with self._cond:

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -59,6 +58,7 @@ from .errors import AcquireTimeout, LockError, LockLost, NotOwned, NotReplicated
 from .heartbeat import HEARTBEAT, Heartbeat
 from .keys import DEFAULT_PREFIX, LeaseKeys, validate_name, validate_prefix
 from .lease import Lease, LostCallback
+from .liveness import holder_fields
 from .owners import HOSTNAME, new_owner
 from .replication import acknowledged_by
 from .scripts import ACQUIRE, INSPECT, RELEASE, text
@@ -226,7 +226,7 @@ class LeaseSet:
             meta_json = json.dumps(dict(meta or {}), sort_keys=True)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"meta must be JSON-serialisable: {exc}") from exc
-        # holder meta is this JSON object plus host and pid (added per acquire: forks)
+        # holder meta is this JSON object plus host and process (per acquire: forks)
         separator = ", " if meta_json != "{}" else ""
         self._meta_head = f'{meta_json[:-1]}{separator}"host": {json.dumps(HOSTNAME)}, '
         # Encoded once: every script call sends these, and encoding is a
@@ -236,6 +236,11 @@ class LeaseSet:
             str(n).encode() for n in (limit, int(self.ttl * 1000), int(WAIT_LEASE * 1000))
         )
         self._lease: Lease | None = None
+
+    def holder_meta(self) -> str:
+        """The holder meta (JSON) an acquisition by this process stores: the
+        ``meta`` given, ``host``, ``pid`` and ``proc`` (see liveness.holder_fields)."""
+        return f"{self._meta_head}{holder_fields()}}}"
 
     # -- state --------------------------------------------------------------
 
@@ -295,7 +300,7 @@ class LeaseSet:
                 raise LockError(f"this object already holds {self.name!r}; release it first")
             self._forget()
         owner = new_owner(self.owner_prefix)
-        meta = f'{self._meta_head}"pid": {os.getpid()}}}'
+        meta = self.holder_meta()
         limit, ttl_ms, wait_ms = self._constant_args
         args = [owner, limit, ttl_ms, meta, b"1" if blocking else b"0", wait_ms]
         keys = self._script_keys

@@ -104,6 +104,8 @@ PARK_RELEASE = _script("park_release.lua", *PARKING)
 PARK_DROP = _script("park_drop.lua", *PARKING)
 PARK_INSPECT = _script("park_inspect.lua", *PARKING)
 PARK_DUE = _script("park_due.lua")
+LIVE_REGISTER = _script("live_register.lua")
+LIVE_FORGET = _script("live_forget.lua")
 
 
 def text(value: str | bytes) -> str:

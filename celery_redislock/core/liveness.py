@@ -1,0 +1,225 @@
+"""Which holders are provably dead: leases given back before their TTL, safely.
+
+A lease normally outlives a holder that died by up to its TTL: nothing else
+can tell a dead holder from a slow or cut-off one.  One case can be told
+apart for certain: a process on **this** machine, in **this** pid namespace,
+that no longer exists.  So:
+
+* a process that holds leases (:meth:`Recorder.enable`: the Celery layer
+  enables it in worker processes) states what it holds in Redis, at most
+  once per :data:`STATEMENT_INTERVAL` while it changes and once per
+  ``ttl / 3`` while it holds anything: its identity (pid and start time, in
+  its *process space*: machine boot id and pid namespace) and, per client
+  and prefix, the names and owner ids of its leases;
+* :func:`dead_processes` lists the processes of the caller's own process
+  space whose pid is gone or now belongs to a process with another start
+  time.  Their leases can be given back (:func:`forget` then drops the
+  statement).
+
+Guaranteed: a holder is declared dead only by the operating system of the
+machine it ran on: a paused process (SIGSTOP, GC), a process whose parent
+(the worker's main process) is paused or dead, and a process cut off from
+Redis all still exist, so their leases are kept until their TTL, as before.
+Pid reuse cannot fool it (the start time is part of the identity).
+Not guaranteed: early release where no process of the same space looks
+(a worker restarted in a new container with its own pid namespace, another
+machine): there the TTL frees the lease.  A lease taken less than
+:data:`STATEMENT_INTERVAL` before its holder died may not be stated yet:
+its TTL frees it.  Only Linux (``/proc``) has a process space; elsewhere
+nothing is stated and nothing is declared dead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .heartbeat import HEARTBEAT
+from .lease import Lease
+from .scripts import LIVE_FORGET, LIVE_REGISTER, text
+
+__all__ = [
+    "RECORDER",
+    "STATEMENT_INTERVAL",
+    "DeadProcess",
+    "Recorder",
+    "dead_processes",
+    "forget",
+    "holder_fields",
+    "identity",
+    "last_statement",
+    "process_space",
+]
+
+log = logging.getLogger("celery_redislock")
+
+STATEMENT_INTERVAL = 0.5  # seconds between statements while the holdings change
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def process_space() -> str | None:
+    """This machine's boot id and this process's pid namespace, or None off Linux."""
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return None if boot is None else f"{boot}.{namespace}"
+
+
+def start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), or None if there is none."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after it.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[19]  # field 22 of proc(5), counted from field 3
+
+
+def identity(pid: int | None = None) -> str | None:
+    """``"<pid>.<start time>"`` of a live process (this one by default), or None."""
+    pid = os.getpid() if pid is None else pid
+    started = start_time(pid)
+    return None if started is None else f"{pid}.{started}"
+
+
+_STAMP: tuple[int, str] = (0, "")
+
+
+def holder_fields() -> str:
+    """The holder-meta JSON fields naming this process: ``"pid": <pid>`` and, on
+    Linux, ``"proc": "<space>/<pid>.<start time>"`` (for ``status``, see
+    :func:`last_statement`).  Cached per pid (it is read at every acquire)."""
+    global _STAMP
+    pid = os.getpid()
+    if _STAMP[0] != pid:
+        space, me = process_space(), identity(pid)
+        proc = f', "proc": {json.dumps(f"{space}/{me}")}' if space and me else ""
+        _STAMP = (pid, f'"pid": {pid}{proc}')
+    return _STAMP[1]
+
+
+def last_statement(client: Any, prefix: str, proc: str) -> float | None:
+    """Redis time (s) of the last statement of the holder process ``proc``
+    (a holder meta's ``"proc"``), or None if it has none (it holds nothing by
+    its own account, or died and its record expired)."""
+    space, _, process = proc.rpartition("/")
+    score = client.zscore(_index_key(prefix, space), process)
+    return None if score is None else float(score) / 1000
+
+
+def _index_key(prefix: str, space: str) -> str:
+    return f"{prefix}:{{live:{space}}}"
+
+
+def _record_key(prefix: str, space: str, process: str) -> str:
+    return f"{prefix}:{{live:{space}}}:{process}"
+
+
+@dataclass(frozen=True)
+class DeadProcess:
+    """A process of this space that stated holdings and no longer exists."""
+
+    process: str  # "<pid>.<start time>"
+    holdings: dict[str, list[str]]  # lock name -> owner ids it held
+
+
+def dead_processes(client: Any, prefix: str) -> list[DeadProcess]:
+    """The processes of this machine's process space, with statements under
+    ``prefix`` on ``client``, that are provably dead (see the module docstring)."""
+    space = process_space()
+    if space is None:
+        return []
+    dead = []
+    for raw in client.zrange(_index_key(prefix, space), 0, -1):
+        process = text(raw)
+        pid, _, started = process.partition(".")
+        if start_time(int(pid)) == started:
+            continue  # alive (paused or not): its leases stay
+        record = client.get(_record_key(prefix, space, process))
+        holdings = json.loads(text(record)) if record else {}
+        dead.append(DeadProcess(process, holdings))
+    return dead
+
+
+def forget(client: Any, prefix: str, process: str) -> None:
+    """Drop a dead process's statement (after its leases were given back)."""
+    space = process_space()
+    if space is not None:
+        keys = [_index_key(prefix, space), _record_key(prefix, space, process)]
+        LIVE_FORGET(client, keys, [process])
+
+
+class Recorder:
+    """States this process's holdings (see the module docstring); one per process."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._enabled = False
+        self._stated: dict[tuple[int, str], str] = {}  # (client, prefix) -> what was stated
+        self._clients: dict[tuple[int, str], Any] = {}
+
+    def enable(self) -> None:
+        """State this process's holdings from now on (a no-op off Linux)."""
+        if self._enabled or process_space() is None:
+            return
+        self._enabled = True
+        HEARTBEAT.on_change = self._wake.set
+        self._thread = threading.Thread(target=self._run, name="redislock-liveness", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        space, me = process_space(), identity()
+        assert space is not None and me is not None
+        while True:
+            leases = HEARTBEAT.leases()
+            interval = min((lease.ttl / 3 for lease in leases), default=None)
+            self._wake.wait(interval)
+            self._wake.clear()
+            try:
+                self.state(space, me, HEARTBEAT.leases())
+            except Exception as exc:  # the TTL still frees what a dead holder held
+                log.debug("could not state this process's leases: %r", exc)
+            time.sleep(STATEMENT_INTERVAL)
+
+    def state(self, space: str, me: str, leases: Iterable[Lease]) -> None:
+        """Write what this process holds, per client and prefix (one script call each)."""
+        groups: dict[tuple[int, str], dict[str, list[str]]] = {}
+        ttls: dict[tuple[int, str], float] = {}
+        for lease in leases:
+            group = (id(lease.client), lease.keys.prefix)
+            self._clients[group] = lease.client
+            groups.setdefault(group, {}).setdefault(lease.keys.name, []).append(lease.owner)
+            ttls[group] = max(ttls.get(group, 0.0), lease.ttl)
+        for group in set(self._stated) | set(groups):
+            holdings = json.dumps(groups[group], sort_keys=True) if group in groups else ""
+            if not holdings and not self._stated.get(group):
+                continue
+            client, prefix = self._clients[group], group[1]
+            keys = [_index_key(prefix, space), _record_key(prefix, space, me)]
+            # Outlives the leases it names, so a dead holder's are still found.
+            ttl_ms = int(ttls.get(group, 0.0) * 2000) + 1000
+            LIVE_REGISTER(client, keys, [me, holdings, ttl_ms])
+            self._stated[group] = holdings
+
+
+RECORDER = Recorder()
+os.register_at_fork(after_in_child=RECORDER._reset)
