@@ -416,7 +416,7 @@ def _format_parked(rows: Iterable[Any], entries: bool = False) -> list[str]:
     return lines
 
 
-def _alive(stated: dict[str, float | None], owner: str) -> str:
+def _alive(stated: dict[str, float], owner: str) -> str:
     """The ALIVE column: when the holder's worker process last stated its
     holdings (every ttl/3 while it holds any): an age well above that means the
     process is gone or stuck.  "-" for reservations and holders outside a
@@ -429,21 +429,23 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f}s"
 
 
-def _statements(target: Target, snap: Snapshot) -> dict[str, float | None]:
-    """Per holder owner: seconds since its process last stated its holdings
-    (core/liveness.py), None if it has no statement (dead, or not a worker)."""
-    out: dict[str, float | None] = {}
-    for ls in snap.lease_sets:
-        for h in ls.holders:
-            proc = h.meta.get("proc")
-            if isinstance(proc, str):
-                at = liveness.last_statement(target.client, target.prefix, proc)
-                out[h.owner] = None if at is None else round(max(ls.now - at, 0.0), 1)
-    return out
+def _statements(target: Target, snap: Snapshot) -> dict[str, float]:
+    """Per holder owner: seconds since its worker process last stated its
+    holdings (core/liveness.py); holders without a statement are left out."""
+    holders = [(ls, h) for ls in snap.lease_sets for h in ls.holders
+               if isinstance(h.meta.get("proc"), str)]  # fmt: skip
+    stated = liveness.last_statements(
+        target.client, target.prefix, {h.meta["proc"] for _, h in holders}
+    )
+    return {
+        h.owner: round(max(ls.now - stated[h.meta["proc"]], 0.0), 1)
+        for ls, h in holders
+        if h.meta["proc"] in stated
+    }
 
 
 def _format_snapshot(
-    snap: Snapshot, url: str, max_waiters: int, stated: dict[str, float | None]
+    snap: Snapshot, url: str, max_waiters: int, stated: dict[str, float]
 ) -> str:
     reserved = sum(1 for ls in snap.lease_sets for h in ls.holders if h.meta.get("reserved"))
     held = sum(len(ls.holders) for ls in snap.lease_sets) - reserved
@@ -461,7 +463,7 @@ def _format_snapshot(
 
 
 def _format_state(
-    ls: LeaseSetState, max_waiters: int, stated: dict[str, float | None]
+    ls: LeaseSetState, max_waiters: int, stated: dict[str, float]
 ) -> list[str]:
     limit = f"/{ls.limit}" if ls.limit is not None else ""
     # A park reservation holds a slot for a promoted task whose message is on its

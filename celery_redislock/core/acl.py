@@ -27,7 +27,8 @@ CLIENT_COMMANDS = ("evalsha", "eval", "script|load", "blpop", "ping", "wait")
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 SCRIPT_COMMANDS = (
     "time", "get", "set", "del", "exists", "pttl", "pexpire", "rpush",
-    "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore",
+    "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore", "zremrangebyscore",
+    "zremrangebyrank",
     "hget", "hmget", "hset", "hdel", "hexists", "hgetall", "hincrby", "hvals",
     "incr", "decr",
 )  # fmt: skip

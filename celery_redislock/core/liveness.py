@@ -42,7 +42,7 @@ from typing import Any
 
 from .heartbeat import HEARTBEAT
 from .lease import Lease
-from .scripts import LIVE_FORGET, LIVE_REGISTER, text
+from .scripts import LIVE_FORGET, LIVE_LIST, LIVE_REGISTER, text
 
 __all__ = [
     "RECORDER",
@@ -53,7 +53,7 @@ __all__ = [
     "forget",
     "holder_fields",
     "identity",
-    "last_statement",
+    "last_statements",
     "process_space",
 ]
 
@@ -113,13 +113,30 @@ def holder_fields() -> str:
     return _STAMP[1]
 
 
-def last_statement(client: Any, prefix: str, proc: str) -> float | None:
-    """Redis time (s) of the last statement of the holder process ``proc``
-    (a holder meta's ``"proc"``), or None if it has none (it holds nothing by
-    its own account, or died and its record expired)."""
-    space, _, process = proc.rpartition("/")
-    score = client.zscore(_index_key(prefix, space), process)
-    return None if score is None else float(score) / 1000
+def last_statements(client: Any, prefix: str, procs: Iterable[str]) -> dict[str, float]:
+    """Redis time (s) of the last statement of each holder process in ``procs``
+    (holder metas' ``"proc"``) that has one; one call per process space.  A
+    process without one holds nothing by its own account, or died and its
+    record expired, or is not a worker process (they state nothing)."""
+    out: dict[str, float] = {}
+    by_space: dict[str, set[str]] = {}
+    for proc in procs:
+        space, _, process = proc.rpartition("/")
+        by_space.setdefault(space, set()).add(process)
+    for space, wanted in by_space.items():
+        for process, at, _ in _statements(client, prefix, space):
+            if process in wanted:
+                out[f"{space}/{process}"] = at
+    return out
+
+
+def _statements(client: Any, prefix: str, space: str) -> list[tuple[str, float, str]]:
+    """(process, Redis time (s) of its last statement, its record) per process of ``space``."""
+    reply = LIVE_LIST(client, [_index_key(prefix, space)], [_record_key(prefix, space, "")])
+    return [
+        (text(reply[i]), float(reply[i + 1]) / 1000, text(reply[i + 2]))
+        for i in range(0, len(reply), 3)
+    ]
 
 
 def _index_key(prefix: str, space: str) -> str:
@@ -145,14 +162,11 @@ def dead_processes(client: Any, prefix: str) -> list[DeadProcess]:
     if space is None:
         return []
     dead = []
-    for raw in client.zrange(_index_key(prefix, space), 0, -1):
-        process = text(raw)
+    for process, _, record in _statements(client, prefix, space):
         pid, _, started = process.partition(".")
         if start_time(int(pid)) == started:
             continue  # alive (paused or not): its leases stay
-        record = client.get(_record_key(prefix, space, process))
-        holdings = json.loads(text(record)) if record else {}
-        dead.append(DeadProcess(process, holdings))
+        dead.append(DeadProcess(process, json.loads(record) if record else {}))
     return dead
 
 
@@ -215,8 +229,9 @@ class Recorder:
                 continue
             client, prefix = self._clients[group], group[1]
             keys = [_index_key(prefix, space), _record_key(prefix, space, me)]
-            # Outlives the leases it names, so a dead holder's are still found.
-            ttl_ms = int(ttls.get(group, 0.0) * 2000) + 1000
+            # Restated every ttl/3 while it holds anything, so it names the
+            # leases of a dead holder for most of their remaining TTL.
+            ttl_ms = int(ttls.get(group, 0.0) * 1000) + 1000
             LIVE_REGISTER(client, keys, [me, holdings, ttl_ms])
             self._stated[group] = holdings
 

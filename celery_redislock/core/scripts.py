@@ -106,6 +106,7 @@ PARK_INSPECT = _script("park_inspect.lua", *PARKING)
 PARK_DUE = _script("park_due.lua")
 LIVE_REGISTER = _script("live_register.lua")
 LIVE_FORGET = _script("live_forget.lua")
+LIVE_LIST = _script("live_list.lua")
 
 
 def text(value: str | bytes) -> str:

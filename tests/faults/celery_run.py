@@ -119,12 +119,13 @@ def run_celery(
 
 
 def _leftover_keys(url: str, prefix: str, timeout: float) -> list[str]:
-    """Lock keys (not fence counters) still there after ``timeout`` s."""
+    """Lock keys (not fence counters or token fates) still there after ``timeout`` s."""
     client: Any = redis.Redis.from_url(url)
     deadline = time.monotonic() + timeout
     while True:
         keys = [k.decode() for k in client.scan_iter(f"{prefix}:*")]
-        keys = [k for k in keys if not k.endswith(":fence")]
+        # Fence counters expire after 10 minutes, token fates after 7 days (docs/park.md).
+        keys = [k for k in keys if not k.endswith((":fence", ":tokens"))]
         if not keys or time.monotonic() > deadline:
             client.close()
             return keys

@@ -7,7 +7,9 @@
 -- KEYS[2] record  STRING the process's holdings (JSON, opaque here), same tag
 -- ARGV[1] process "<pid>.<start time>"
 -- ARGV[2] holdings  "" when it holds nothing any more
--- ARGV[3] ttl_ms  how long the record outlives the process's last statement
+-- ARGV[3] ttl_ms  how long the record (and the index, so that nothing is
+--                 left once every process of the space is gone) outlives
+--                 this statement
 -- Returns 1.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -18,4 +20,7 @@ if ARGV[2] == '' then
 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', tonumber(ARGV[3]))
 redis.call('ZADD', KEYS[1], now_ms, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+end
 return 1
