@@ -264,6 +264,10 @@ def test_revoke_and_expiry_of_parked_tasks(app: Any, worker: Any, key: str) -> N
     ran = {e["id"] for e in events(app, key, "start")}
     assert ran == {r.id for r in running} | {last.id}
     assert revoked.state == revoked_by_id.state == expired.state == "REVOKED"
+    dropped = {(s["task_id"], s["reason"]) for s in app.recorder.signals()
+               if s["signal"] == "redislock_dropped" and s["name"] == f"park:{key}"}  # fmt: skip
+    assert dropped == {(revoked.id, "revoked"), (revoked_by_id.id, "revoked"),
+                       (expired.id, "expired")}  # fmt: skip
     assert_nothing_left(app, key)
 
 
