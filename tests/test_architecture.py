@@ -84,3 +84,38 @@ def test_no_import_cycles(package: str) -> None:
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+LUA = ROOT / "celery_redislock" / "core" / "lua"
+
+
+def test_every_lua_script_declares_the_helpers_it_calls() -> None:
+    """A script that calls a helper of a shared file includes that file
+    (``--- @include``, directly or through another include), and the loader
+    builds each script from exactly what it declares, includes first."""
+    import re
+
+    from celery_redislock.core import scripts
+
+    defined = {
+        path.name: set(re.findall(r"^local function (\w+)", path.read_text(), re.MULTILINE))
+        for path in LUA.glob("*.lua")
+    }
+    shared = {name: funcs for name, funcs in defined.items() if funcs}
+    checked = 0
+    for path in sorted(LUA.glob("*.lua")):
+        resolved = scripts.includes(path.name)
+        assert resolved[-1] == path.name
+        source = path.read_text()
+        for other, funcs in shared.items():
+            if other == path.name:
+                continue
+            called = {f for f in funcs if re.search(rf"(?<![\w.]){f}\(", source)}
+            if called:
+                checked += 1
+                assert other in resolved, f"{path.name} calls {sorted(called)} of {other}"
+    assert checked >= 8
+    script = scripts.PARK_CLAIM
+    assert script.source == "\n".join(
+        (LUA / part).read_text() for part in ["common.lua", "park_common.lua", "park_claim.lua"]
+    )

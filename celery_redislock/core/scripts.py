@@ -1,10 +1,11 @@
 """The Lua scripts, loaded from ``lua/*.lua`` and run with EVALSHA.
 
-Like BullMQ's commands, each operation is one named script file; shared
-helpers are includes prepended to it: ``common.lua`` (the lease-set keys,
-the invariant, fencing, promotion) for ``acquire``, ``release`` and the park
-scripts, which also get ``park_common.lua``.  This module is the
-only place that reads a ``.lua`` file.
+Like BullMQ's commands, each operation is one named script file; a script
+declares the shared helpers it uses with ``--- @include <file>.lua`` lines,
+and the loader prepends them (recursively, each once, includes first):
+``common.lua`` (the lease-set keys, the invariant, fencing, promotion) for
+``acquire``, ``release`` and ``park_common.lua``, which the park scripts
+include.  This module is the only place that reads a ``.lua`` file.
 Every operation on shared state is exactly one of these scripts, so it is
 atomic and costs one round trip.
 """
@@ -12,6 +13,7 @@ atomic and costs one round trip.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -81,28 +83,46 @@ class LuaScript:
         client.script_load(self.source)
 
 
-def _script(name: str, *includes: str) -> LuaScript:
-    """The script ``name`` with the shared ``includes`` (.lua files) prepended."""
-    return LuaScript(name, "\n".join(_read(part) for part in (*includes, name)))
+_INCLUDE = re.compile(r"^--- @include (\S+\.lua)$", re.MULTILINE)
 
 
-LEASE_SET = ("common.lua",)  # the lease-set keys and helpers
-PARKING = ("common.lua", "park_common.lua")  # plus the park policy's keys (parking.py)
+def includes(name: str) -> list[str]:
+    """The files ``name`` declares with ``--- @include``, resolved recursively:
+    each once, every file after the ones it includes, ``name`` last."""
+    order: list[str] = []
 
-ACQUIRE = _script("acquire.lua", *LEASE_SET)
-RELEASE = _script("release.lua", *LEASE_SET)
+    def visit(part: str, path: tuple[str, ...]) -> None:
+        if part in path:
+            raise ValueError(f"Lua include cycle: {' -> '.join((*path, part))}")
+        if part in order:
+            return
+        for child in _INCLUDE.findall(_read(part)):
+            visit(child, (*path, part))
+        order.append(part)
+
+    visit(name, ())
+    return order
+
+
+def _script(name: str) -> LuaScript:
+    """The script ``name`` with the files it includes prepended."""
+    return LuaScript(name, "\n".join(_read(part) for part in includes(name)))
+
+
+ACQUIRE = _script("acquire.lua")
+RELEASE = _script("release.lua")
 INSPECT = _script("inspect.lua")
 REFRESH = _script("refresh.lua")
 REFRESH_PREFIX = _script("refresh_prefix.lua")
 TOUCH_FENCE = _script("touch_fence.lua")
 DEDUPE = _script("dedupe.lua")
 FENCED_WRITE = _script("fenced_write.lua")
-PARK_ENQUEUE = _script("park_enqueue.lua", *PARKING)
-PARK_CLAIM = _script("park_claim.lua", *PARKING)
-PARK_PROMOTE = _script("park_promote.lua", *PARKING)
-PARK_RELEASE = _script("park_release.lua", *PARKING)
-PARK_DROP = _script("park_drop.lua", *PARKING)
-PARK_INSPECT = _script("park_inspect.lua", *PARKING)
+PARK_ENQUEUE = _script("park_enqueue.lua")
+PARK_CLAIM = _script("park_claim.lua")
+PARK_PROMOTE = _script("park_promote.lua")
+PARK_RELEASE = _script("park_release.lua")
+PARK_DROP = _script("park_drop.lua")
+PARK_INSPECT = _script("park_inspect.lua")
 PARK_DUE = _script("park_due.lua")
 LIVE_REGISTER = _script("live_register.lua")
 LIVE_FORGET = _script("live_forget.lua")

@@ -18,6 +18,8 @@
 -- past the queue.  A token returned means the lease runs ttl_ms from this
 -- call at least (a hand-off received earlier is renewed here).
 
+--- @include common.lua
+
 local owner, limit, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local meta, wait, max_wait_ms = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
 

@@ -1,4 +1,5 @@
--- common.lua: prepended to acquire.lua, release.lua and inspect.lua.
+-- common.lua: the lease set's keys and helpers; included (--- @include) by
+-- acquire.lua, release.lua and park_common.lua.
 --
 -- One lease set (a lock is a lease set with limit 1) lives in these keys, all
 -- sharing the hash tag {name} so they sit in one cluster slot:

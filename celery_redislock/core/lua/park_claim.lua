@@ -24,6 +24,8 @@
 -- admits it as a message without a token, so it runs: at least once, as
 -- Celery delivers).
 
+--- @include park_common.lua
+
 local id, token, owner = ARGV[2], ARGV[3], ARGV[4]
 local ttl_ms, meta, limit = tonumber(ARGV[5]), ARGV[6], stored_limit(tonumber(ARGV[7]))
 

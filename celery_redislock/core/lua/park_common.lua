@@ -1,4 +1,5 @@
--- park_common.lua: prepended (after common.lua) to every park_*.lua script.
+-- park_common.lua: the park's keys and helpers; included (--- @include) by
+-- every park_*.lua script except park_due.lua.
 --
 -- Parked work of one name lives beside its lease set, under the same hash
 -- tag {name}, so one call touches one cluster slot:
@@ -33,6 +34,8 @@
 --                     like the index; redislock_park_max_total needs it).
 -- ARGV[1] is always the name (the index member).
 -- Times are Redis TIME (NOW_MS from common.lua); expires_ms = 0 means never.
+
+--- @include common.lua
 
 local PARK, PARKED, INFLIGHT, PMETA = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local TOKENS, INDEX, TOTAL = KEYS[11], KEYS[12], KEYS[13]

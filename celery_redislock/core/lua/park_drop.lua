@@ -9,6 +9,8 @@
 --                  entry with this token (a caller cancelling its own publish)
 -- Returns {where, envelope, due}: where "parked", "inflight" or "" (not found).
 
+--- @include park_common.lua
+
 local id, token = ARGV[2], ARGV[3]
 local limit = stored_limit(0)
 local entry = redis.call('HGET', PARKED, id)

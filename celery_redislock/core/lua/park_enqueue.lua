@@ -27,6 +27,8 @@
 -- nothing stored) | {"bounded_total", n_total, due} (all names together at
 -- redislock_park_max_total; nothing stored).  due: see next_due() (for the cluster index).
 
+--- @include park_common.lua
+
 local mode, id, limit = ARGV[2], ARGV[3], stored_limit(tonumber(ARGV[4]))
 local envelope, expires_in, deadline_ms = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local max_parked, max_total = tonumber(ARGV[8]), tonumber(ARGV[12] or '0')

@@ -8,6 +8,8 @@
 --          {task_id, enqueued_ms, deadline_ms, envelope, ...} (with count > 0:
 --          every promotion in flight, at most count)}.
 
+--- @include park_common.lua
+
 local count = tonumber(ARGV[2])
 local parked = redis.call('ZCARD', PARK)
 local oldest = 0

@@ -16,6 +16,8 @@
 -- the envelope with this token now), "x" expired (token 0), "u" unclaimed
 -- (token: how often it was published).
 
+--- @include park_common.lua
+
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}
 promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5], tonumber(ARGV[6]))

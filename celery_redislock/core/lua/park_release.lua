@@ -16,6 +16,8 @@
 -- Returns {due, held, kind, id, token, envelope, ...}: held as release.lua's
 -- reply; the rest as park_promote.lua's.
 
+--- @include park_common.lua
+
 local held = release_owner(ARGV[2], tonumber(ARGV[3]))
 if redis.call('EXISTS', PARK, INFLIGHT) == 0 then
   -- Nothing parked or in flight: the previous script already left no index

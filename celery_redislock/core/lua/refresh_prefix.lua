@@ -1,7 +1,8 @@
 -- refresh_prefix.lua: renew, in one call, the holders of ONE name whose owner
 -- id starts with one of the given prefixes.  The worker's main process uses it
 -- to keep alive the leases its live pool children hold for their running
--- tasks (owner prefix = task id, host, child pid; see task.py owner_prefix),
+-- tasks (owner prefix = task id, host, child pid; see core/owners.py
+-- execution_prefix),
 -- without knowing the random owner ids.  Standalone (no common.lua).
 -- KEYS[1] holders ZSET  owner -> lease expiry (Redis TIME, ms)
 -- KEYS[2] info    HASH  owner -> "token:acquired_ms:ttl_ms:..." (see common.lua)

@@ -10,4 +10,6 @@
 -- Returns 1 if `owner` held an unexpired slot (now released), else 0: the
 -- lease had expired or been taken, or `owner` was only queued.
 
+--- @include common.lua
+
 return release_owner(ARGV[1], tonumber(ARGV[3]))
