@@ -46,7 +46,7 @@ log = logging.getLogger("celery_redislock")
 
 
 def marker_key(prefix: str, name: str) -> str:
-    return f"{LeaseKeys(prefix, name).base}:enqueued"
+    return LeaseKeys(prefix, name).dedupe_marker
 
 
 def marker_ttl(dedupe_ttl: float, options: Mapping[str, Any]) -> float:

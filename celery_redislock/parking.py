@@ -58,7 +58,7 @@ from . import dedupe, signals
 from .core import liveness
 from .core.errors import LockContended
 from .core.heartbeat import is_cluster
-from .core.keys import LeaseKeys
+from .core.keys import ParkKeys, park_index, revoke_record
 from .core.leaseset import WAIT_LEASE, LeaseSet
 from .core.owners import new_owner
 from .core.scripts import (
@@ -147,20 +147,6 @@ def park_settings(app: Any) -> ParkSettings:
     return ParkSettings(float(deadline), max_parked, float(interval), max_total, max_publishes)
 
 
-def index_key(prefix: str) -> str:
-    """The index of names with parked or in-flight work (its own slot on a cluster)."""
-    return f"{prefix}:{{park:index}}"
-
-
-def total_key(prefix: str) -> str:
-    """The count of tasks parked over all names (kept by the park scripts)."""
-    return f"{prefix}:{{park:index}}:total"
-
-
-def _revoke_key(prefix: str, task_id: str) -> str:
-    return f"{prefix}:park-revoked:{task_id}"
-
-
 def json_dumps(value: Any) -> str:
     """kombu's JSON (datetimes, UUIDs, bytes as Celery sends them)."""
     return str(_kombu_json.dumps(value))  # type: ignore[no-untyped-call]
@@ -218,14 +204,10 @@ class Parking:
         self.prefix = prefix
         self.name = name
         self.cluster = is_cluster(client)
-        base = LeaseKeys(prefix, name)
-        keys = base.script_keys() + [
-            f"{base.base}:{k}" for k in ("park", "parked", "inflight", "pmeta", "tokens")
-        ]
-        self.index = index_key(prefix)
+        self.index = park_index(prefix)
         # On a cluster the index is in another slot: updated from the reply;
-        # the total over all names cannot be kept there (see _check_total).
-        self.keys = keys if self.cluster else [*keys, self.index, total_key(prefix)]
+        # the total over all names cannot be kept there (see ParkSettings.max_total).
+        self.keys = ParkKeys(prefix, name).park_script_keys(self.cluster)
 
     def _call(self, script: Any, args: list[Any]) -> Any:
         if self.cluster:
@@ -629,7 +611,7 @@ def admit(
     token = header(request, HEADER_PARK_TOKEN)
     sent_at = time.monotonic()
     park = park_settings(task.app)
-    if parking.client.exists(_revoke_key(parking.prefix, task_id)):
+    if parking.client.exists(revoke_record(parking.prefix, task_id)):
         # Revoked through Redis (park.revoke, or a worker that discarded it):
         # a worker that missed the broadcast, or forgot it, must not run it.
         where, _ = parking.drop(task_id, "" if token is None else str(token))
@@ -710,7 +692,7 @@ def _publish_all(
             if kind == "u":
                 _unclaimed(app, parking, task_id, token, envelope)
                 continue
-            if parking.client.exists(_revoke_key(parking.prefix, task_id)):
+            if parking.client.exists(revoke_record(parking.prefix, task_id)):
                 parking.drop(task_id, str(token))
                 _never_runs(app, parking, task_id, "revoked", envelope)
                 again = True
@@ -807,7 +789,7 @@ def discarded_by_worker(
     try:
         client, settings = client_for(task.app)
         name = task.redislock_name(args, kwargs)
-        client.set(_revoke_key(settings.prefix, task_id), 1, ex=REVOKE_MEMORY)
+        client.set(revoke_record(settings.prefix, task_id), 1, ex=REVOKE_MEMORY)
         where, _ = Parking(client, settings.prefix, name).drop(task_id, token)
         log.info(
             "%s[%s] discarded by the worker: its reservation of %r %s",
@@ -865,7 +847,7 @@ def revoke(app: Any, task_id: str, name: str | None = None) -> str:
     Either way its state becomes REVOKED, and a reservation passes on.
     """
     client, settings = client_for(app)
-    client.set(_revoke_key(settings.prefix, task_id), 1, ex=REVOKE_MEMORY)
+    client.set(revoke_record(settings.prefix, task_id), 1, ex=REVOKE_MEMORY)
     app.control.revoke(task_id)
     where = ""
     if name is not None:
@@ -897,7 +879,7 @@ def discard(
         if where:
             removed += 1
             if where == "inflight":  # its message is in the broker: it must not run
-                client.set(_revoke_key(prefix, task_id), 1, ex=REVOKE_MEMORY)
+                client.set(revoke_record(prefix, task_id), 1, ex=REVOKE_MEMORY)
             if app is not None:
                 _never_runs(app, parking, task_id, "discarded", json_loads(raw))
             else:
@@ -911,7 +893,7 @@ def status(
     """Parked counts per name (the index's names when ``names`` is None),
     with the first ``count`` parked entries of each."""
     if names is None:
-        names = sorted(text(n) for n in client.zrange(index_key(prefix), 0, -1))
+        names = sorted(text(n) for n in client.zrange(park_index(prefix), 0, -1))
     return [Parking(client, prefix, name).status(count) for name in names]
 
 
@@ -981,7 +963,7 @@ class Sweeper:
     def sweep_once(self) -> int:
         client, settings = client_for(self.app)
         release_dead_holders(self.app)
-        names = PARK_DUE(client, [index_key(settings.prefix)], [1000])
+        names = PARK_DUE(client, [park_index(settings.prefix)], [1000])
         published = 0
         for raw in names:
             published += promote(self.app, text(raw), 0, client, settings.prefix)

@@ -21,6 +21,7 @@ from celery import chain, chord, group
 from celery.result import AsyncResult
 
 from celery_redislock import parking as park
+from celery_redislock.core.keys import park_index, park_total, revoke_record
 from celery_redislock.servers import RedisServer
 from celery_redislock.settings import client_for
 from tests import kombu_restore
@@ -117,7 +118,7 @@ def assert_nothing_left(app: Any, key: str) -> None:
     left = {k.decode() for k in client.scan_iter(match=f"{settings.prefix}:{{park:{key}}}*")}
     base = f"{settings.prefix}:{{park:{key}}}"
     assert left <= {f"{base}:fence", f"{base}:tokens"}, left
-    assert client.zscore(park.index_key(settings.prefix), f"park:{key}") is None
+    assert client.zscore(park_index(settings.prefix), f"park:{key}") is None
 
 
 def test_enqueue_parks_and_release_promotes_in_order(app: Any, worker: Any, key: str) -> None:
@@ -296,17 +297,17 @@ def test_bound_over_all_names_is_a_clear_error(redis_url: str) -> None:
     # A name with a free slot publishes: the bound is on parked tasks only.
     assert task.delay(f"c{uuid.uuid4().hex[:8]}", 0, 0.1).state == "PENDING"
     client, _ = client_for(app)
-    assert int(client.get(park.total_key(prefix))) == 3
+    assert int(client.get(park_total(prefix))) == 3
     # Leaving the list (discard, revoke, promotion) frees room in the total.
     assert park.discard(client, prefix, f"park:{a}", [parked_a[0].id]) == 1
-    assert int(client.get(park.total_key(prefix))) == 2
+    assert int(client.get(park_total(prefix))) == 2
     assert task.delay(b, 4).state == park.PARKED
     assert (parking(app, a).status().parked, parking(app, b).status().parked) == (1, 2)
     # Once nothing is parked anywhere, the counter key is gone too (no key left behind).
     # Discarding all of a name takes its promotions in flight too (two per name here).
     assert park.discard(client, prefix, f"park:{a}") == 1 + LIMIT
     assert park.discard(client, prefix, f"park:{b}") == 2 + LIMIT
-    assert client.exists(park.total_key(prefix)) == 0
+    assert client.exists(park_total(prefix)) == 0
     with pytest.raises(ValueError, match="redislock_park_max_total"):
         app.conf.redislock_park_max_total = -1
         park.park_settings(app)
@@ -551,7 +552,7 @@ def test_a_plainly_revoked_promoted_task_gives_its_slot_back(
     wait_for(lambda: revoked.state == "REVOKED", 30, message="REVOKED")
     assert revoked.id not in {e["id"] for e in events(app, key, "start")}
     client, settings = client_for(app)
-    assert client.exists(park._revoke_key(settings.prefix, revoked.id))
+    assert client.exists(revoke_record(settings.prefix, revoked.id))
     # Once workers forget the revoke, a copy still never runs: arrival reads the record.
     app.send_task("basic.parked", (key, 10, 0.1), task_id=revoked.id)
     wait_for(lambda: queue_length(app) == 0, 60, message="copy consumed")
@@ -568,7 +569,7 @@ def test_a_revoke_record_is_honoured_on_arrival(app: Any, worker: Any, key: str)
     task = app.tasks["basic.parked"]
     reserved_id, sent_id = str(uuid.uuid4()), str(uuid.uuid4())
     for task_id in (reserved_id, sent_id):  # the record only: no broadcast reaches the worker
-        client.set(park._revoke_key(settings.prefix, task_id), 1, ex=600)
+        client.set(revoke_record(settings.prefix, task_id), 1, ex=600)
     reserved = task.apply_async((key, 1, 0.1), task_id=reserved_id)  # free name: reserved
     sent = app.send_task("basic.parked", (key, 2, 0.1), task_id=sent_id)
     wait_for(lambda: reserved.state == sent.state == "REVOKED", 60, message="both REVOKED")
@@ -630,9 +631,7 @@ def test_a_promoted_task_never_joins_more_holders_than_its_own_limit(
     assert len(tagged) == 2 * len(first + later)
 
 
-def test_a_lowered_limit_holds_for_tasks_already_promoted(
-    app: Any, worker: Any, key: str
-) -> None:
+def test_a_lowered_limit_holds_for_tasks_already_promoted(app: Any, worker: Any, key: str) -> None:
     """A per-account limit lowered from 3 to 1 while 3 tasks are published but not
     started: they run one at a time."""
     task = app.tasks["basic.parked_plan"]
@@ -716,9 +715,7 @@ def test_promotion_resends_where_per_call_routing_sent_the_task(
     assert_nothing_left(app, key)
 
 
-def test_dedupe_markers_follow_the_parked_task_s_real_fate(
-    app: Any, worker: Any, key: str
-) -> None:
+def test_dedupe_markers_follow_the_parked_task_s_real_fate(app: Any, worker: Any, key: str) -> None:
     """Parked at arrival: the marker stays (a second call is not published).
     Expired while parked: the marker goes (a later call is published and runs)."""
     dedupe_task = app.tasks["basic.parked_dedupe"]
@@ -836,9 +833,7 @@ def test_messages_in_the_broker_still_run_after_the_lock_redis_lost_its_data(
             start(config, pool="prefork", concurrency=2)
             for r in published:
                 r.get(timeout=60)
-        assert sorted(e["id"] for e in events(app, key, "start")) == sorted(
-            r.id for r in published
-        )
+        assert sorted(e["id"] for e in events(app, key, "start")) == sorted(r.id for r in published)
 
 
 def test_a_queue_slower_than_the_deadline_delays_a_promoted_task_never_starves_it(

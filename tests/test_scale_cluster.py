@@ -15,6 +15,7 @@ from celery_redislock import HEARTBEAT, FairSemaphore, LockLost, NotReplicated, 
 from celery_redislock.core.acl import acl_rules
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.core.heartbeat import refresh_leases
+from celery_redislock.core.keys import park_index
 from devtools.engines import LocalCluster
 from tests.celery_harness import celery_worker_factory  # noqa: F401 (fixture)
 from tests.waiting import wait_for
@@ -307,7 +308,7 @@ def test_park_on_a_cluster_with_a_real_worker(
     assert len({client.keyslot(f"{prefix}:{{{n}}}:park") for n in names}) > 1
     celery_worker_factory(config, pool="prefork", concurrency=6)
     results = {k: [task.delay(k, n, 120, True) for n in range(5)] for k in keys[:3]}
-    index = parking.index_key(prefix)
+    index = park_index(prefix)
     for k, name in zip(keys[:3], names[:3], strict=True):
         park_keys = [f"{prefix}:{{{name}}}:{part}" for part in ("holders", "park", "parked")]
         assert len({client.keyslot(key) for key in park_keys}) == 1

@@ -1,4 +1,4 @@
-"""Key layout and validation of names.
+"""Key layout and validation of names: every key the package writes is named here.
 
 All keys of one lock or semaphore share the hash tag ``{name}``, so a lease
 set lives in one Redis Cluster slot and every script touches one slot only::
@@ -9,13 +9,32 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:queue     ZSET  waiting owner -> arrival
     <prefix>:{<name>}:qinfo     HASH  waiting owner -> wait lease, ttl, meta
     <prefix>:{<name>}:wake:<owner>  LIST  hand-off signal for one waiter
+    <prefix>:{<name>}:enqueued  STR   lock_dedupe marker (dedupe.lua)
+    <prefix>:{<name>}:park / :parked / :inflight / :pmeta / :tokens
+                                the park of the name (ParkKeys, park_common.lua)
+    <prefix>:{park:index}       ZSET  names with parked work (own slot)
+    <prefix>:{park:index}:total STR   tasks parked over all names
+    <prefix>:park-revoked:<task id>  STR  revoke record of a parked task
+    <prefix>:{live:<space>} and :<process>  statements of worker processes
+                                (liveness.py, live_*.lua)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_PREFIX", "MAX_NAME_LENGTH", "LeaseKeys", "validate_name", "validate_prefix"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "MAX_NAME_LENGTH",
+    "LeaseKeys",
+    "LiveKeys",
+    "ParkKeys",
+    "park_index",
+    "park_total",
+    "revoke_record",
+    "validate_name",
+    "validate_prefix",
+]
 
 DEFAULT_PREFIX = "redislock"
 MAX_NAME_LENGTH = 1024
@@ -82,6 +101,10 @@ class LeaseKeys:
     def wake(self, owner: str) -> str:
         return self.wake_prefix + owner
 
+    @property
+    def dedupe_marker(self) -> str:
+        return f"{self.base}:enqueued"
+
     def script_keys(self) -> list[str]:
         """KEYS of acquire/release/inspect, in the order common.lua documents."""
         return [self.holders, self.info, self.fence, self.queue, self.qinfo, self.wake_prefix]
@@ -93,3 +116,65 @@ class LeaseKeys:
         if open_ <= 0 or close < open_:
             return None
         return cls(key[:open_], key[open_ + 2 : close])
+
+
+@dataclass(frozen=True)
+class ParkKeys(LeaseKeys):
+    """The keys of one name's park, beside its lease set (same hash tag)."""
+
+    @property
+    def park(self) -> str:
+        return f"{self.base}:park"
+
+    @property
+    def parked(self) -> str:
+        return f"{self.base}:parked"
+
+    @property
+    def inflight(self) -> str:
+        return f"{self.base}:inflight"
+
+    @property
+    def pmeta(self) -> str:
+        return f"{self.base}:pmeta"
+
+    @property
+    def tokens(self) -> str:
+        return f"{self.base}:tokens"
+
+    def park_script_keys(self, cluster: bool) -> list[str]:
+        """KEYS of the park scripts, in the order park_common.lua documents (the
+        index and the total are in another slot, so left out on a cluster)."""
+        keys = [*self.script_keys(), self.park, self.parked, self.inflight, self.pmeta,
+                self.tokens]  # fmt: skip
+        return keys if cluster else [*keys, park_index(self.prefix), park_total(self.prefix)]
+
+
+def park_index(prefix: str) -> str:
+    """The index of names with parked or in-flight work (its own slot on a cluster)."""
+    return f"{prefix}:{{park:index}}"
+
+
+def park_total(prefix: str) -> str:
+    """The count of tasks parked over all names (kept by the park scripts)."""
+    return f"{prefix}:{{park:index}}:total"
+
+
+def revoke_record(prefix: str, task_id: str) -> str:
+    """The record that a parked or promoted task was revoked (kept 7 days)."""
+    return f"{prefix}:park-revoked:{task_id}"
+
+
+@dataclass(frozen=True)
+class LiveKeys:
+    """The statements of the worker processes of one process space (liveness.py)."""
+
+    prefix: str
+    space: str
+
+    @property
+    def index(self) -> str:
+        return f"{self.prefix}:{{live:{self.space}}}"
+
+    def record(self, process: str) -> str:
+        return f"{self.index}:{process}"

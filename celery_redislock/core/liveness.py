@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .heartbeat import HEARTBEAT
+from .keys import LiveKeys
 from .lease import Lease
 from .scripts import LIVE_FORGET, LIVE_LIST, LIVE_REGISTER, text
 
@@ -132,19 +133,12 @@ def last_statements(client: Any, prefix: str, procs: Iterable[str]) -> dict[str,
 
 def _statements(client: Any, prefix: str, space: str) -> list[tuple[str, float, str]]:
     """(process, Redis time (s) of its last statement, its record) per process of ``space``."""
-    reply = LIVE_LIST(client, [_index_key(prefix, space)], [_record_key(prefix, space, "")])
+    keys = LiveKeys(prefix, space)
+    reply = LIVE_LIST(client, [keys.index], [keys.record("")])
     return [
         (text(reply[i]), float(reply[i + 1]) / 1000, text(reply[i + 2]))
         for i in range(0, len(reply), 3)
     ]
-
-
-def _index_key(prefix: str, space: str) -> str:
-    return f"{prefix}:{{live:{space}}}"
-
-
-def _record_key(prefix: str, space: str, process: str) -> str:
-    return f"{prefix}:{{live:{space}}}:{process}"
 
 
 @dataclass(frozen=True)
@@ -174,8 +168,8 @@ def forget(client: Any, prefix: str, process: str) -> None:
     """Drop a dead process's statement (after its leases were given back)."""
     space = process_space()
     if space is not None:
-        keys = [_index_key(prefix, space), _record_key(prefix, space, process)]
-        LIVE_FORGET(client, keys, [process])
+        keys = LiveKeys(prefix, space)
+        LIVE_FORGET(client, [keys.index, keys.record(process)], [process])
 
 
 class Recorder:
@@ -228,11 +222,11 @@ class Recorder:
             if not holdings and not self._stated.get(group):
                 continue
             client, prefix = self._clients[group], group[1]
-            keys = [_index_key(prefix, space), _record_key(prefix, space, me)]
+            keys = LiveKeys(prefix, space)
             # Restated every ttl/3 while it holds anything, so it names the
             # leases of a dead holder for most of their remaining TTL.
             ttl_ms = int(ttls.get(group, 0.0) * 1000) + 1000
-            LIVE_REGISTER(client, keys, [me, holdings, ttl_ms])
+            LIVE_REGISTER(client, [keys.index, keys.record(me)], [me, holdings, ttl_ms])
             self._stated[group] = holdings
 
 
