@@ -121,6 +121,14 @@ def assert_nothing_left(app: Any, key: str) -> None:
     assert client.zscore(park_index(settings.prefix), f"park:{key}") is None
 
 
+def sweeping_config(redis_url: str, **extra: str) -> dict[str, str]:
+    """A fresh prefix, a 30 s lease TTL, a 4 s reservation deadline and a sweep
+    every 0.5 s (for the crash tests' own workers), plus ``extra``."""
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    return {**config, **extra}
+
+
 def test_enqueue_parks_and_release_promotes_in_order(app: Any, worker: Any, key: str) -> None:
     task = app.tasks["basic.parked"]
     results = [task.delay(key, n, 120, True) for n in range(8)]
@@ -784,9 +792,7 @@ def test_a_stale_copy_redelivered_after_a_whole_worker_kill_never_runs(
     promoted message.  The sweeper re-publishes the task with a new token and it
     runs; kombu later gives the old copy back (marked redelivered), and that copy
     is dropped by its stale token instead of running a second time."""
-    prefix = f"t-{uuid.uuid4().hex[:12]}"
-    config = {"redis": redis_url, "prefix": prefix, "ttl": "30", "visibility": "8",
-              "prefetch": "2", "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = sweeping_config(redis_url, visibility="8", prefetch="2")
     app = create_app(config)
     with worker_factory(tmp_path_factory.mktemp("park-stale-redelivered")) as start:
         doomed = start(config, pool="prefork", concurrency=2)
@@ -822,8 +828,7 @@ def test_messages_in_the_broker_still_run_after_the_lock_redis_lost_its_data(
     admission (at least once), never dropped.  What was parked in that Redis is
     gone with it (docs/park.md)."""
     with RedisServer() as locks:
-        config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
-                  "lock_redis": locks.url, "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+        config = sweeping_config(redis_url, lock_redis=locks.url)
         app = create_app(config)
         task = app.tasks["basic.parked"]
         published = [task.delay(key, n, 0.1) for n in range(LIMIT)]  # no worker yet
@@ -939,8 +944,7 @@ def test_a_whole_worker_killed_gives_its_slots_back_before_their_ttl(
     same machine: the restarted worker finds its predecessor's children dead
     (their pids gone) and gives their slots back at once, so the parked tasks
     start long before the leases' 30 s TTL would have freed them."""
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
-              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = sweeping_config(redis_url)
     app = create_app(config)
     task = app.tasks["basic.parked"]
     client, _ = client_for(app)
@@ -978,8 +982,7 @@ def test_a_paused_main_process_never_costs_its_running_child_its_slot(
     """The worker's main process is paused (SIGSTOP) while one child runs and
     another child dies: a second worker on the machine gives back the dead
     child's slot, and leaves the running child's slot alone."""
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
-              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = sweeping_config(redis_url)
     app = create_app(config)
     task = app.tasks["basic.parked"]
     with worker_factory(tmp_path_factory.mktemp("park-paused-main")) as start:
