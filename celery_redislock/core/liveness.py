@@ -155,13 +155,27 @@ def dead_processes(client: Any, prefix: str) -> list[DeadProcess]:
     space = process_space()
     if space is None:
         return []
-    dead = []
-    for process, _, record in _statements(client, prefix, space):
-        pid, _, started = process.partition(".")
-        if start_time(int(pid)) == started:
-            continue  # alive (paused or not): its leases stay
-        dead.append(DeadProcess(process, json.loads(record) if record else {}))
-    return dead
+    return [
+        DeadProcess(process, json.loads(record) if record else {})
+        for process, _, record in _statements(client, prefix, space)
+        if _gone(process)
+    ]
+
+
+def _gone(process: str) -> bool:
+    """Whether ``"<pid>.<start time>"`` of this process space no longer exists:
+    no process has that pid, or the one that has it started at another time.
+    A process this one cannot see (``/proc`` mounted with ``hidepid``, another
+    user) counts as alive: only what the kernel answers proves a death."""
+    pid, _, started = process.partition(".")
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # it exists, under another user
+    now = start_time(int(pid))
+    return now is not None and now != started
 
 
 def forget(client: Any, prefix: str, process: str) -> None:
