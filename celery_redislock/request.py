@@ -43,6 +43,7 @@ from celery.signals import worker_init
 from celery.worker.request import Request
 
 from .core.keys import LeaseKeys
+from .core.liveness import process_gone
 from .core.owners import execution_prefix
 from .core.scripts import REFRESH_PREFIX
 from .options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
@@ -218,7 +219,7 @@ class ChildWatcher:
                 request = watched.request
                 pid = request.worker_pid
                 if pid not in gone:
-                    gone[pid] = pid != os.getpid() and _process_gone(pid)
+                    gone[pid] = pid != os.getpid() and process_gone(pid)
                 active = request in state.active_requests
                 if gone[pid] or not active:
                     with self._lock:
@@ -365,25 +366,6 @@ def _check_pool_at_worker_init(sender: Any = None, **_: Any) -> None:
 worker_init.connect(_check_pool_at_worker_init, weak=False)
 
 
-def _process_gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie counts as exited)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-        return state in (b"Z", b"X")
-    except FileNotFoundError:
-        return True
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
 def _release_when_gone(cleanup: Any, task_name: str, args: tuple[Any, ...], ttl: float) -> None:
     """Release the leases of a task once its child process has exited.
 
@@ -393,7 +375,7 @@ def _release_when_gone(cleanup: Any, task_name: str, args: tuple[Any, ...], ttl:
     """
     task_id, pid, reason = args[0], args[1], args[5]
     deadline = time.monotonic() + 2 * ttl
-    while not _process_gone(pid):
+    while not process_gone(pid):
         if time.monotonic() > deadline:
             log.info("%s[%s]: process %d alive; it releases by itself", task_name, task_id, pid)
             return

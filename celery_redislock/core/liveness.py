@@ -55,6 +55,7 @@ __all__ = [
     "holder_fields",
     "identity",
     "last_statements",
+    "process_gone",
     "process_space",
 ]
 
@@ -163,19 +164,34 @@ def dead_processes(client: Any, prefix: str) -> list[DeadProcess]:
 
 
 def _gone(process: str) -> bool:
-    """Whether ``"<pid>.<start time>"`` of this process space no longer exists:
-    no process has that pid, or the one that has it started at another time.
-    A process this one cannot see (``/proc`` mounted with ``hidepid``, another
-    user) counts as alive: only what the kernel answers proves a death."""
     pid, _, started = process.partition(".")
+    return process_gone(int(pid), started)
+
+
+def process_gone(pid: int, started: str | None = None) -> bool:
+    """Whether process ``pid`` (that started at ``started``, if given) has ended:
+    no process has that pid, the one that has it is a zombie (its body cannot
+    run any more), or it started at another time (the pid was reused).  A
+    process this one cannot see (``/proc`` mounted with ``hidepid``, another
+    user) counts as alive: only what the kernel answers proves a death."""
     try:
-        os.kill(int(pid), 0)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        stat = None
+    except OSError:
+        return False
+    if stat is not None:
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        state, start = fields[0], fields[19].decode()
+        return state in (b"Z", b"X") or (started is not None and start != started)
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
         pass  # it exists, under another user
-    now = start_time(int(pid))
-    return now is not None and now != started
+    return False
 
 
 def forget(client: Any, prefix: str, process: str) -> None:
