@@ -12,9 +12,9 @@ that no longer exists.  So:
   its *process space*: machine boot id and pid namespace) and, per client
   and prefix, the names and owner ids of its leases;
 * :func:`dead_processes` lists the processes of the caller's own process
-  space whose pid is gone or now belongs to a process with another start
-  time.  Their leases can be given back (:func:`forget` then drops the
-  statement).
+  space that have ended (:func:`process_gone`: the pid is gone, is a zombie,
+  or now belongs to a process with another start time).  Their leases can be
+  given back (:func:`forget` then drops the statement).
 
 Guaranteed: a holder is declared dead only by the operating system of the
 machine it ran on: a paused process (SIGSTOP, GC), a process whose parent
