@@ -5,8 +5,7 @@ Celery; the task base classes (:class:`LockedTask`, :class:`SemaphoreTask`)
 build on them.
 """
 
-from . import request as _request  # noqa: F401  (its worker_init check must be connected)
-from . import signals
+from . import signals, worker
 from .core.errors import (
     AcquireTimeout,
     LockContended,
@@ -50,3 +49,5 @@ __all__ = [
     "signals",
 ]
 __version__ = "0.1.0"
+
+worker.connect()

@@ -47,7 +47,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery import signals as celery_signals
 from celery.exceptions import Ignore
 from kombu.serialization import dumps as _kombu_dumps
 from kombu.serialization import loads as _kombu_loads
@@ -924,12 +923,6 @@ def release_dead_holders(app: Any) -> int:
     return released
 
 
-def _state_holdings(**_: Any) -> None:
-    """In every worker process (pool children, and the main process, where the
-    solo and threads pools run tasks): state what it holds (core/liveness.py)."""
-    liveness.RECORDER.enable()
-
-
 # -- the sweeper --------------------------------------------------------------
 
 
@@ -980,28 +973,24 @@ class Sweeper:
 _SWEEPERS: dict[int, Sweeper] = {}
 
 
-def _guarded(app: Any) -> bool:
-    return any(hasattr(t, "_redislock_kind") and t._redislock_kind for t in app.tasks.values())
+def guarded(app: Any) -> bool:
+    """Whether ``app`` has a task of this library."""
+    return any(getattr(t, "_redislock_kind", None) for t in app.tasks.values())
 
 
-def _start_sweeper(sender: Any = None, **_: Any) -> None:
-    app = getattr(sender, "app", None)
-    if app is None or not _guarded(app) or id(app) in _SWEEPERS:
+def start_sweeper(app: Any) -> None:
+    """At worker start (worker.py): warn if the lock Redis persists nothing, and
+    start the app's sweeper (once per app)."""
+    if id(app) in _SWEEPERS:
         return
     _warn_if_volatile(app)
     _SWEEPERS[id(app)] = Sweeper(app).start()
 
 
-def _stop_sweepers(**_: Any) -> None:
+def stop_sweepers() -> None:
     for sweeper in list(_SWEEPERS.values()):
         sweeper.stop()
     _SWEEPERS.clear()
-
-
-celery_signals.worker_ready.connect(_start_sweeper, weak=False)
-celery_signals.worker_ready.connect(_state_holdings, weak=False)
-celery_signals.worker_process_init.connect(_state_holdings, weak=False)
-celery_signals.worker_shutdown.connect(_stop_sweepers, weak=False)
 
 
 def _warn_if_volatile(app: Any) -> None:

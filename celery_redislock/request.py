@@ -39,7 +39,6 @@ from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
-from celery.signals import worker_init
 from celery.worker.request import Request
 
 from .core.keys import LeaseKeys
@@ -356,14 +355,6 @@ def check_pool(worker: Any) -> None:
             f"runs without yielding ({guarded[0]} ...): use -P prefork (or threads), or set "
             "redislock_allow_green_pool = True if every guarded body yields well within its ttl"
         )
-
-
-def _check_pool_at_worker_init(sender: Any = None, **_: Any) -> None:
-    if sender is not None:
-        check_pool(sender)
-
-
-worker_init.connect(_check_pool_at_worker_init, weak=False)
 
 
 def _release_when_gone(cleanup: Any, task_name: str, args: tuple[Any, ...], ttl: float) -> None:

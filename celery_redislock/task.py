@@ -50,7 +50,7 @@ from celery import Task
 from celery._state import _task_stack
 from celery.exceptions import Retry
 
-from . import admission, dedupe, enqueue, options, workercheck  # noqa: F401 (workercheck: the worker-start check)
+from . import admission, dedupe, enqueue, options
 from .core.leaseset import LeaseSet
 from .diagnose import FailedClosed
 from .leases import lease_set_for

@@ -1,7 +1,7 @@
 """One check of the lock Redis when a Celery worker starts.
 
-Connected to Celery's ``worker_ready`` signal (in the worker's main process,
-once, when the worker has tasks of this library): it pings the Redis that
+Run at ``worker_ready`` (worker.py: in the worker's main process, once,
+when the worker has tasks of this library): it pings the Redis that
 ``redislock_url`` names, reads its version, and takes and releases a probe
 lock (``<prefix>:{redislock-worker-check}``), which runs the acquire and
 release scripts and so every command and key pattern the ACL must allow.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import worker_ready
 from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError, RedisClusterException, RedisError
 from redis.retry import Retry
@@ -30,7 +29,7 @@ from .core.lock import RedisLock
 from .diagnose import diagnose
 from .settings import Settings, settings_from_app
 
-__all__ = ["MIN_REDIS_VERSION", "PROBE_NAME", "check_app", "check_settings"]
+__all__ = ["MIN_REDIS_VERSION", "PROBE_NAME", "check_app", "check_at_start", "check_settings"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -93,11 +92,9 @@ def _version_problems(client: Any, where: str) -> list[str]:
     return problems
 
 
-def _on_worker_ready(sender: Any = None, **_: Any) -> None:
-    app = getattr(sender, "app", None)
-    tasks = getattr(app, "tasks", None) or {}
-    if not any(callable(getattr(t, "redislock_leaseset", None)) for t in tasks.values()):
-        return  # no guarded task in this worker: nothing needs the lock Redis
+def check_at_start(app: Any) -> None:
+    """At worker start (worker.py), for an app with guarded tasks: log each
+    problem as one WARNING, or that the lock Redis is reachable."""
     problems = check_app(app)
     for problem in problems:
         log.warning("%s", problem)
@@ -108,6 +105,3 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
             redact(settings.url),
             settings.url_origin,
         )
-
-
-worker_ready.connect(_on_worker_ready, weak=False)

@@ -1,0 +1,62 @@
+"""What a Celery worker does for this library when it starts and stops, in one place.
+
+:func:`connect` (called once by the package's ``__init__``) connects these
+receivers to Celery's worker signals:
+
+=======================  ==================================================
+``worker_init``          refuse a green pool (gevent, eventlet) for guarded
+                         tasks (``request.check_pool``)
+``worker_ready``         probe the lock Redis (``workercheck``); warn when it
+                         persists nothing and parked tasks would die with it;
+                         start the sweeper thread (``parking.Sweeper``); state
+                         what the main process holds (``core/liveness.py``,
+                         for the solo and threads pools)
+``worker_process_init``  state what each pool child holds
+``worker_shutdown``      stop the sweepers
+=======================  ==================================================
+
+Each receiver does nothing in a worker whose app has no guarded task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import signals
+
+from . import parking, request, workercheck
+from .core import liveness
+
+__all__ = ["connect"]
+
+
+def _init(sender: Any = None, **_: Any) -> None:
+    if sender is not None:
+        request.check_pool(sender)
+
+
+def _ready(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is None or not parking.guarded(app):
+        return
+    workercheck.check_at_start(app)
+    parking.start_sweeper(app)
+    liveness.RECORDER.enable()
+
+
+def _process_init(**_: Any) -> None:
+    liveness.RECORDER.enable()
+
+
+def _shutdown(**_: Any) -> None:
+    parking.stop_sweepers()
+
+
+def connect() -> None:
+    """Connect the receivers (idempotent: each has a dispatch uid)."""
+    signals.worker_init.connect(_init, weak=False, dispatch_uid="redislock-init")
+    signals.worker_ready.connect(_ready, weak=False, dispatch_uid="redislock-ready")
+    signals.worker_process_init.connect(
+        _process_init, weak=False, dispatch_uid="redislock-process-init"
+    )
+    signals.worker_shutdown.connect(_shutdown, weak=False, dispatch_uid="redislock-shutdown")
