@@ -89,8 +89,8 @@ def queue_length(app: Any) -> int:
 def fill_the_name(app: Any, key: str, first: int = 0) -> list[Any]:
     """``LIMIT`` gated ``basic.parked`` tasks running on ``key`` (until open_gate)."""
     task = app.tasks["basic.parked"]
+    started = len(events(app, key, "start")) + LIMIT  # counted before any can start
     running = [task.delay(key, n, 120, True) for n in range(first, first + LIMIT)]
-    started = len(events(app, key, "start")) + LIMIT
     wait_for(lambda: len(events(app, key, "start")) == started, 60, message=f"{LIMIT} running")
     return running
 
