@@ -27,12 +27,7 @@ test-embedded: $(VENV)/.installed
 	.ci/without-system-redis $(PY) -m pytest $(PYTEST_ARGS)
 
 # Core and Celery tests against every server we support (docs/testing.md).
-MATRIX_TESTS ?= tests/test_lock.py tests/test_semaphore.py tests/test_heartbeat.py \
-	tests/test_primitives_limits.py tests/test_primitives_waiters.py tests/test_primitives_handles.py \
-	tests/test_fencing.py tests/test_validation.py tests/test_scale_tls_acl.py \
-	tests/test_celery_keys.py tests/test_celery_scenarios.py tests/test_celery_lifecycle.py \
-	tests/test_celery_crash.py tests/test_celery_limits.py tests/test_celery_eager.py \
-	tests/test_park.py tests/test_testing_plugin.py tests/test_first_hour.py
+MATRIX_TESTS ?= tests/core tests/celery
 test-matrix: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[matrix]'
 	@command -v redis-server >/dev/null || { echo "test-matrix: no redis-server on PATH for the system row (apt-get install redis-server)" >&2; exit 1; }
@@ -42,14 +37,14 @@ test-matrix: $(VENV)/.installed
 
 # Celery, kombu and redis-py from the declared floors to the newest, each row in a
 # venv of its own installed by pip's resolver with the row's pins (docs/testing.md).
-# VERSION_TESTS: the core and Celery suites, the pool check (gevent/eventlet
-# refusal), the fault suite's short run and the demo.
+# VERSION_TESTS: the core and Celery suites (the pool check, gevent/eventlet
+# refusal, included), the fault suite's short run and the demo.
 VERSION_ROWS ?= floor celery54 mid newest
 ROW_floor = "celery[redis]==5.3.0" kombu==5.3.0 redis==5.0.0
 ROW_celery54 = "celery[redis]==5.4.0" kombu==5.4.2 redis==5.0.8
 ROW_mid = "celery[redis]==5.5.3" kombu==5.5.4 redis==5.2.1
 ROW_newest = --upgrade "celery[redis]" kombu redis
-VERSION_TESTS ?= $(MATRIX_TESTS) tests/test_celery_pools.py tests/test_faults.py tests/test_demo.py
+VERSION_TESTS ?= $(MATRIX_TESTS) tests/faults tests/surface/test_demo.py
 test-versions: $(addprefix test-version-,$(VERSION_ROWS))
 test-version-%:
 	@test -n "$(PYTHON)" || { echo "Python >= 3.10 is required" >&2; exit 1; }

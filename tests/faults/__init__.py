@@ -5,5 +5,5 @@
 clients and the faults), ``history.py`` (events stamped with Redis TIME in a
 recording server), ``checker.py`` (properties 1-5 from the history),
 ``celery_app.py`` / ``celery_run.py`` (property 6 with celery workers).
-``tests/test_faults.py`` runs the short mode.
+``tests/faults/test_faults.py`` runs the short mode.
 """

@@ -133,7 +133,7 @@ class Outcome:
             f"{f.get('worst_freed', float('nan')):.2f} s after the kill, next holder in "
             f"{f.get('worst_next_holder', float('nan')):.2f} s (TTL {s.ttl} s).",
             f"Replay: FAULTS_SEED={s.seed} FAULTS_SECONDS={s.seconds:.0f} "
-            "python -m pytest tests/test_faults.py (or python -m tests.faults.run --seed ...).",
+            "python -m pytest tests/faults (or python -m tests.faults.run --seed ...).",
         ]
         for key in sorted(self.rows):
             for v in self.rows[key].violations[:20]:

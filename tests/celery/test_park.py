@@ -25,9 +25,9 @@ from celery_redislock.core.keys import park_index, park_total, revoke_record
 from celery_redislock.servers import RedisServer
 from celery_redislock.settings import client_for
 from tests import kombu_restore
+from tests.celery.test_scenarios import max_overlap
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import worker_factory
-from tests.test_celery_scenarios import max_overlap
 from tests.waiting import wait_for
 
 LIMIT = 2
@@ -689,7 +689,7 @@ def test_a_promoted_task_says_so_and_status_shows_reservations_apart(
 
 
 def require_rabbitmq() -> None:
-    from tests.test_celery_crash import rabbitmq_reachable
+    from tests.celery.test_crash import rabbitmq_reachable
 
     if not rabbitmq_reachable():
         message = f"RabbitMQ not reachable at {RABBITMQ_URL}: the per-call routing test needs it"

@@ -29,7 +29,7 @@ import redis
 import celery_redislock
 from celery_redislock import FairSemaphore, LockedTask, RedisLock, SemaphoreTask
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENTRY = re.compile(r"^(?P<name>\w+)(?:\((?P<params>[^)]*)\))?(?P<kwarg>=.*)?(?:\s*->.*)?$")
 TASK_CLASSES = {"LockedTask": LockedTask, "SemaphoreTask": SemaphoreTask}
 

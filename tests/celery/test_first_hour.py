@@ -23,7 +23,7 @@ from celery import Celery, shared_task
 from celery_redislock import LockedTask
 from celery_redislock.servers import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_section(heading: str) -> str:

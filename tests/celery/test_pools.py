@@ -9,7 +9,7 @@ whole time (``c``: ``sum(range(n))`` calibrated in the worker).  Real
 ``celery worker`` processes (tests/celery_harness.py, app
 tests/celery_apps/pools.py).
 
-``python -m tests.test_celery_pools [ROUNDS]`` prints the table of
+``python -m tests.celery.test_pools [ROUNDS]`` prints the table of
 docs/pools.md (every pool x body x task kind, ROUNDS runs each).
 """
 

@@ -295,8 +295,8 @@ def test_park_on_a_cluster_with_a_real_worker(
     its lease set's slot, the index (its own slot) follows every call, and
     every task runs once within the limit."""
     from celery_redislock import parking
+    from tests.celery.test_scenarios import max_overlap
     from tests.celery_apps.basic import create_app
-    from tests.test_celery_scenarios import max_overlap
 
     prefix = f"t-{uuid.uuid4().hex[:12]}"
     config = {"redis": redis_url, "lock_redis": cluster.url, "prefix": prefix,

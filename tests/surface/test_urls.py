@@ -21,8 +21,7 @@ from celery_redislock.core.connection import client_from_url
 from celery_redislock.servers import RedisServer
 from celery_redislock.settings import settings_from_app
 from devtools.engines import SentinelGroup
-
-from .test_scale_tls_acl import tls_server  # noqa: F401  (a module-scoped fixture)
+from tests.core.test_tls_acl import tls_server  # noqa: F401  (a module-scoped fixture)
 
 
 class _Conf(dict[str, Any]):

@@ -29,10 +29,9 @@ from example_worker.demo import worker_command, worker_process
 from example_worker.records import Recorder
 from example_worker.report import build_report, max_overlap
 from example_worker.scenario import SMALL, Scenario
+from tests.waiting import wait_for
 
-from .waiting import wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pid_alive(pid: int) -> bool:

@@ -19,14 +19,14 @@ import redis
 from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.dedupe import marker_key
 from devtools.engines import LocalCluster, SentinelGroup
-from tests.celery_apps.scale import create_app
-from tests.celery_harness import worker_factory
-from tests.test_celery_scenarios import (
+from tests.celery.test_scenarios import (
     max_overlap,
     open_gate,
     test_per_account_cap,
     test_stampede_runs_the_body_exactly_once,
 )
+from tests.celery_apps.scale import create_app
+from tests.celery_harness import worker_factory
 from tests.waiting import wait_for
 
 __all__ = ["test_per_account_cap", "test_stampede_runs_the_body_exactly_once"]

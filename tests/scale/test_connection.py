@@ -51,10 +51,10 @@ def not_a_client(url: str, options: dict[str, Any]) -> object:
         ("redis://h", {"visibility_timeout": 3600}, ValueError, "unknown .* visibility_timeout"),
         ("redis://h", {"client_factory": 42}, TypeError, "client_factory must be a callable"),
         ("redis://h", {"client_factory": "no.such.module:f"}, ValueError, "cannot import"),
-        ("redis://h", {"client_factory": "tests.test_scale_connection:nope"}, ValueError, "has no"),
+        ("redis://h", {"client_factory": "tests.scale.test_connection:nope"}, ValueError, "has no"),
         (
             "redis://h",
-            {"client_factory": "tests.test_scale_connection:not_a_client"},
+            {"client_factory": "tests.scale.test_connection:not_a_client"},
             TypeError,
             "not a redis-py client",
         ),
@@ -99,7 +99,7 @@ def test_redis_and_unix_urls_and_factories_reach_the_server(tmp_path: Path, pref
             client_from_url(server.url, {"client_factory": lambda u, o: redis.Redis.from_url(u)}),
             client_from_url(
                 server.url,
-                {"client_factory": "tests.test_scale_connection:built_by_dotted_path", "name": "x"},
+                {"client_factory": "tests.scale.test_connection:built_by_dotted_path", "name": "x"},
             ),
         ]
         for i, client in enumerate(clients):
@@ -128,11 +128,11 @@ def test_celery_setting_redislock_client_factory() -> None:
     settings = settings_from_app(
         _App(
             redislock_url="redis://127.0.0.1:1/0",
-            redislock_client_factory="tests.test_scale_connection:built_by_dotted_path",
+            redislock_client_factory="tests.scale.test_connection:built_by_dotted_path",
         )
     )
     assert settings.transport_options["client_factory"] == (
-        "tests.test_scale_connection:built_by_dotted_path"
+        "tests.scale.test_connection:built_by_dotted_path"
     )
     client = client_from_url(settings.url, settings.transport_options)
     assert isinstance(client, redis.Redis)

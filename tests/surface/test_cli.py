@@ -33,11 +33,10 @@ from devtools.engines import SentinelGroup
 from example_worker.demo import stop_group, worker_process
 from example_worker.producer import wait_for_workers
 from example_worker.records import Recorder
+from tests import cli_app
+from tests.waiting import wait_for
 
-from . import cli_app
-from .waiting import wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Holder:
