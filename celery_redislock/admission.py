@@ -7,12 +7,16 @@ task's ``lock_policy``) asks for the slot.  Fail closed: a Redis error is
 logged in one line naming the URL and setting, and re-raised; the body
 never runs without the lease.  A refused run is handed to the policy's
 ``contended``, which ends it visibly.
+
+Whatever the policy, a run first makes way for an earlier delivery of its
+own task id that still holds the name (:func:`defer_to_earlier_delivery`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from typing import Any
 
@@ -20,12 +24,12 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from . import options, signals
 from .core.leaseset import LeaseSet
-from .core.owners import execution_prefix
+from .core.owners import execution_prefix, execution_tag
 from .diagnose import fail_closed
-from .policies import POLICIES, Attempt, announce_contended, check_policy, defer_to_earlier_delivery
+from .policies import POLICIES, Context, announce_contended, check_policy, requeue
 from .release import lost_signal
 
-__all__ = ["enter"]
+__all__ = ["defer_to_earlier_delivery", "enter"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -43,11 +47,15 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
             name, ttl=ttl, limit=limit, owner_prefix=execution_prefix(request.id, os.getpid()),
             on_lost=lost_signal(task, request.id), task_id=request.id,
         )  # fmt: skip
-        attempt = Attempt(task, request, args, kwargs, name, lease_set, wait_timeout)
+        ctx = Context(
+            phase="run", task=task, name=name, task_id=str(request.id), args=args,
+            kwargs=kwargs, limit=limit, request=request, lease_set=lease_set,
+            wait_timeout=wait_timeout,
+        )  # fmt: skip
         request.redislock_policy = policy
-        defer_to_earlier_delivery(attempt)
+        defer_to_earlier_delivery(ctx)
         started = time.monotonic()
-        acquired = policy.acquire(attempt)
+        acquired = policy.acquire(ctx)
     except (RedisError, RedisClusterException) as exc:
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
         raise
@@ -57,6 +65,34 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
             kind=task._redislock_kind, waited=time.monotonic() - started,
         )  # fmt: skip
         return lease_set
-    defer_to_earlier_delivery(attempt, contended=True)
-    announce_contended(attempt, policy.name)
-    policy.contended(attempt)
+    defer_to_earlier_delivery(ctx, contended=True)
+    announce_contended(ctx, policy.name)
+    policy.contended(ctx)
+
+
+def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
+    """Requeue (uncounted) if an earlier delivery of this task id still holds the name.
+
+    Run phase, for every policy.  That is a redelivery after
+    ``visibility_timeout``, or the run after a ``retry(throw=False)``: running
+    alongside the earlier one, or waiting on it, would be wrong.  Before
+    acquiring, only re-runs (marked redelivered, or ``retries > 0``) look;
+    after a refused acquisition (``contended``) every run looks, since a copy
+    can carry no redelivered mark: one published again with the same task id
+    by a producer or by hand (RabbitMQ and every kombu Redis transport from
+    5.3 on do mark their own redeliveries).
+
+    When it defers, it sends ``lock_contended(policy="redelivered")`` and
+    raises Celery's ``Retry`` (see :func:`~celery_redislock.policies.requeue`);
+    otherwise it returns.
+    """
+    task, request = ctx.task, ctx.request
+    rerun = request.retries or (request.delivery_info or {}).get("redelivered")
+    if not (rerun or contended):
+        return
+    tag = execution_tag(request.id)
+    mine = [h for h in ctx.need_lease_set().holders() if h.owner.startswith(tag)]
+    if mine:
+        announce_contended(ctx, "redelivered")
+        delay = min(max(h.expires_in for h in mine), max(task.lock_retry_countdown, 0.5))
+        requeue(ctx, delay + random.uniform(0, task.lock_retry_jitter), count=False)

@@ -16,7 +16,7 @@ from typing import Any
 from celery.utils import uuid
 
 from . import dedupe, options
-from .policies import POLICIES, check_policy
+from .policies import POLICIES, Context, check_policy
 
 __all__ = ["apply_async"]
 
@@ -44,8 +44,12 @@ def apply_async(
         return task.AsyncResult(holder)
     if headers:
         call["headers"] = headers
+    ctx = Context(
+        phase="enqueue", task=task, name=name, task_id=task_id, args=args, kwargs=kwargs,
+        call=call, send=lambda: send(task_id),
+    )  # fmt: skip
     try:
-        result = policy.publish(task, name, task_id, args, kwargs, call, lambda: send(task_id))
+        result = policy.publish(ctx)
     except BaseException:
         if claimed:
             dedupe.clear_for(task, task_id, args, kwargs)  # not published: give it back

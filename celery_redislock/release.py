@@ -21,7 +21,7 @@ from .core.errors import LockLost, NotOwned
 from .core.leaseset import LeaseSet
 from .core.owners import execution_prefix
 from .options import HEADER_POLICY
-from .policies import POLICIES, check_policy
+from .policies import POLICIES, Context, check_policy
 
 __all__ = ["lost_signal", "release_after_run", "release_dead_child", "release_run"]
 
@@ -101,10 +101,15 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     except Exception:
         limit = lease_set.limit
     policy = request.redislock_policy
-    releaser = policy.releaser(task, lease_set, limit)
+    ctx = Context(
+        phase="release", task=task, name=lease_set.name, task_id=str(request.id),
+        args=request.args, kwargs=request.kwargs, limit=limit, request=request,
+        lease_set=lease_set,
+    )  # fmt: skip
+    releaser = policy.releaser(ctx)
     release_run(task, request.id, lease_set, reason, releaser)
     if releaser is None:
-        policy.after_release(task, lease_set.name, limit)
+        policy.after_release(ctx)
 
 
 def release_dead_child(
@@ -149,7 +154,11 @@ def release_dead_child(
         dedupe.clear_for(task, task_id, args, kwargs)
     if owners:
         policy = headers.get(HEADER_POLICY) or task.lock_policy
-        POLICIES[check_policy(policy)].after_release(task, name, lease_set.limit)
+        ctx = Context(
+            phase="release", task=task, name=name, task_id=task_id, args=args, kwargs=kwargs,
+            limit=lease_set.limit, lease_set=lease_set,
+        )  # fmt: skip
+        POLICIES[check_policy(policy)].after_release(ctx)
     return len(owners)
 
 

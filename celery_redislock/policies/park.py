@@ -14,8 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from .. import parking
-from ..core.leaseset import LeaseSet
-from .base import Attempt, Policy, fail
+from .base import Context, Policy, fail
 
 __all__ = ["Park"]
 
@@ -30,35 +29,37 @@ class Park(Policy):
 
     name = "park"
 
-    def acquire(self, attempt: Attempt) -> bool:
-        if attempt.request.is_eager:
-            return attempt.lease_set.acquire(blocking=True, timeout=attempt.wait_timeout)
-        parking.admit(
-            attempt.task, attempt.request, attempt.args, attempt.kwargs, attempt.lease_set
-        )  # holds the lease, or raises Ignore (parked, or a stale copy)
+    def acquire(self, ctx: Context) -> bool:
+        if ctx.request.is_eager:
+            return ctx.need_lease_set().acquire(blocking=True, timeout=ctx.wait_timeout)
+        task, request, args, kwargs = ctx.task, ctx.request, ctx.args, ctx.kwargs
+        lease_set = ctx.need_lease_set()
+        # Holds the lease, or raises Ignore (parked, or a stale copy).
+        parking.admit(task, request, args, kwargs, lease_set)
         return True
 
-    def contended(self, attempt: Attempt) -> NoReturn:
+    def contended(self, ctx: Context) -> NoReturn:
         fail(
-            attempt,
+            ctx,
             self.name,
-            f"{attempt.kind} {attempt.name!r} still held after waiting "
-            f"{attempt.wait_timeout} s (policy park, eager)",
+            f"{ctx.kind} {ctx.name!r} still held after waiting "
+            f"{ctx.wait_timeout} s (policy park, eager)",
         )
 
-    def publish(
-        self, task: Any, name: str, task_id: str, args: Any, kwargs: Any,
-        call: Mapping[str, Any], send: Callable[[], Any],
-    ) -> Any:  # fmt: skip
-        if task.app.conf.task_always_eager or _delayed(call):
+    def publish(self, ctx: Context) -> Any:
+        task, send = ctx.task, ctx.need_send()
+        if task.app.conf.task_always_eager or _delayed(ctx.call):
             return send()
-        limit = task.redislock_limit(args, kwargs)
+        name, task_id = ctx.name, ctx.task_id
+        limit = task.redislock_limit(ctx.args, ctx.kwargs)
         return parking.apply_async(task, name, task_id, limit, send)
 
-    def releaser(self, task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool]:
+    def releaser(self, ctx: Context) -> Callable[[str], bool]:
+        task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
         return parking.releaser(task, lease_set, limit)
 
-    def after_release(self, task: Any, name: str, limit: int) -> None:
+    def after_release(self, ctx: Context) -> None:
+        task, name, limit = ctx.task, ctx.name, ctx.need_limit()
         parking.after_release(task, name, limit)
 
 

@@ -7,7 +7,7 @@ from typing import NoReturn
 
 from celery.exceptions import Ignore
 
-from .base import Attempt, Policy
+from .base import Context, Policy
 
 __all__ = ["SKIPPED", "Skip"]
 
@@ -27,18 +27,18 @@ class Skip(Policy):
 
     name = "skip"
 
-    def contended(self, attempt: Attempt) -> NoReturn:
-        task = attempt.task
+    def contended(self, ctx: Context) -> NoReturn:
+        task = ctx.task
         log.warning(
             "%s[%s] skipped: %s %r is held (policy skip)",
             task.name,
-            attempt.task_id,
-            attempt.kind,
-            attempt.name,
+            ctx.task_id,
+            ctx.kind,
+            ctx.name,
         )
         task.update_state(
-            task_id=attempt.task_id,
+            task_id=ctx.task_id,
             state=SKIPPED,
-            meta={"lock": attempt.name, "kind": attempt.kind, "policy": "skip"},
+            meta={"lock": ctx.name, "kind": ctx.kind, "policy": "skip"},
         )
         raise Ignore()

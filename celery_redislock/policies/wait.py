@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from .base import Attempt, Policy, fail
+from .base import Context, Policy, fail
 
 __all__ = ["Wait"]
 
@@ -18,13 +18,12 @@ class Wait(Policy):
 
     name = "wait"
 
-    def acquire(self, attempt: Attempt) -> bool:
-        return attempt.lease_set.acquire(blocking=True, timeout=attempt.wait_timeout)
+    def acquire(self, ctx: Context) -> bool:
+        return ctx.need_lease_set().acquire(blocking=True, timeout=ctx.wait_timeout)
 
-    def contended(self, attempt: Attempt) -> NoReturn:
+    def contended(self, ctx: Context) -> NoReturn:
         fail(
-            attempt,
+            ctx,
             self.name,
-            f"{attempt.kind} {attempt.name!r} still held after waiting "
-            f"{attempt.wait_timeout} s (policy wait)",
+            f"{ctx.kind} {ctx.name!r} still held after waiting {ctx.wait_timeout} s (policy wait)",
         )
