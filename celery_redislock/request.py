@@ -46,7 +46,7 @@ from .core.liveness import process_gone
 from .core.owners import execution_prefix
 from .core.scripts import REFRESH_PREFIX
 from .options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
-from .settings import client_for
+from .settings import client_for, settings_for
 
 __all__ = ["WATCHER", "ChildWatcher", "LockRequest", "check_pool"]
 
@@ -112,7 +112,7 @@ class LockRequest(Request):  # type: ignore[misc]
             ).start()
         token = self.request_dict.get(HEADER_PARK_TOKEN)
         if token is not None and hasattr(self.task, "redislock_name"):
-            from .parking import discarded_by_worker
+            from .parking.promotion import discarded_by_worker
 
             threading.Thread(
                 target=discarded_by_worker,
@@ -345,7 +345,7 @@ def check_pool(worker: Any) -> None:
 
     app = worker.app
     pool_cls = concurrency.get_implementation(worker.pool_cls)
-    if not getattr(pool_cls, "is_green", False) or app.conf.get("redislock_allow_green_pool"):
+    if not getattr(pool_cls, "is_green", False) or settings_for(app).allow_green_pool:
         return
     guarded = sorted(n for n, t in app.tasks.items() if isinstance(t, GuardedTask))
     if guarded:

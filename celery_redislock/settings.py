@@ -12,7 +12,20 @@
                                :mod:`celery_redislock.core.connection`)
 ``redislock_client_factory``   callable ``(url, options) -> client`` or its
                                dotted path; builds the client instead
+``redislock_park_deadline``    ``park``: seconds a promoted message may take
+                               to arrive (default 60)
+``redislock_park_max``         ``park``: most tasks parked per name (0: none)
+``redislock_park_max_total``   ``park``: most parked over all names (0: none)
+``redislock_park_sweep_interval`` ``park``: seconds between sweeps (default 1)
+``redislock_park_max_publishes``  ``park``: publishes before a promoted task
+                               nobody starts is given up (default 10)
+``redislock_allow_green_pool`` run guarded tasks under gevent/eventlet anyway
 =============================  ==========================================
+
+Every setting is read here and nowhere else, validated once per app and
+process (:func:`client_for` caches the result); a bad value is a
+``ValueError`` naming the setting.  The README's settings table lists the
+same settings (a test compares them).
 
 A ``sentinel://`` ``redislock_url`` of its own takes the Sentinel options
 (``master_name``...) from ``redislock_transport_options``, else from
@@ -30,8 +43,9 @@ from typing import Any
 
 from .core.connection import client_from_url, scheme_of
 from .core.keys import DEFAULT_PREFIX, validate_prefix
+from .core.park import ParkConfig
 
-__all__ = ["Settings", "client_for", "reset", "settings_from_app"]
+__all__ = ["Settings", "client_for", "park_settings", "reset", "settings_for", "settings_from_app"]
 
 # Broker URL schemes that name a Redis (kombu's, and the result backend's socket forms).
 _BROKER_SCHEMES = ("redis", "rediss", "redis+socket", "socket", "unix", "sentinel")
@@ -48,6 +62,8 @@ class Settings:
     #: where ``url`` came from, for messages: ``"redislock_url"``, ``"broker_url"``
     #: (``redislock_url`` unset) or ``"--url"`` (the CLI)
     url_setting: str = "redislock_url"
+    park: ParkConfig = field(default_factory=ParkConfig)
+    allow_green_pool: bool = False
 
     @property
     def url_origin(self) -> str:
@@ -101,7 +117,31 @@ def settings_from_app(app: Any, url: str | None = None) -> Settings:
         default_ttl=float(ttl),
         transport_options=transport_options,
         url_setting=setting,
+        park=park_settings(app),
+        allow_green_pool=bool(conf.get("redislock_allow_green_pool", False)),
     )
+
+
+def park_settings(app: Any) -> ParkConfig:
+    """``redislock_park_deadline``, ``redislock_park_max``, ``redislock_park_max_total``,
+    ``redislock_park_sweep_interval``, ``redislock_park_max_publishes``, validated."""
+    conf = app.conf
+    deadline = conf.get("redislock_park_deadline", 60.0)
+    max_parked = conf.get("redislock_park_max", 0) or 0
+    max_total = conf.get("redislock_park_max_total", 0) or 0
+    interval = conf.get("redislock_park_sweep_interval", 1.0)
+    max_publishes = conf.get("redislock_park_max_publishes", 10)
+    seconds = (("redislock_park_deadline", deadline), ("redislock_park_sweep_interval", interval))
+    for what, value in seconds:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
+    counts = (("redislock_park_max", max_parked), ("redislock_park_max_total", max_total))
+    for what, count in counts:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"{what} must be an int >= 0, got {count!r}")
+    if isinstance(max_publishes, bool) or not isinstance(max_publishes, int) or max_publishes < 1:
+        raise ValueError(f"redislock_park_max_publishes must be an int >= 1, got {max_publishes!r}")
+    return ParkConfig(float(deadline), max_parked, float(interval), max_total, max_publishes)
 
 
 def _broker_connection_options(conf: Any) -> dict[str, Any]:
@@ -141,6 +181,11 @@ def client_for(app: Any) -> tuple[Any, Settings]:
         client = client_from_url(settings.url, settings.transport_options)
         _cache[id(app)] = (pid, app, settings, client)
         return client, settings
+
+
+def settings_for(app: Any) -> Settings:
+    """The process's settings for ``app`` (parsed once, with its client)."""
+    return client_for(app)[1]
 
 
 def reset() -> None:

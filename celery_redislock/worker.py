@@ -8,7 +8,7 @@ receivers to Celery's worker signals:
                          tasks (``request.check_pool``)
 ``worker_ready``         probe the lock Redis (``workercheck``); warn when it
                          persists nothing and parked tasks would die with it;
-                         start the sweeper thread (``parking.Sweeper``); state
+                         start the sweeper thread (``parking.sweeper``); state
                          what the main process holds (``core/liveness.py``,
                          for the solo and threads pools)
 ``worker_process_init``  state what each pool child holds
@@ -24,10 +24,16 @@ from typing import Any
 
 from celery import signals
 
-from . import parking, request, workercheck
+from . import request, workercheck
 from .core import liveness
+from .parking.sweeper import start_sweeper, stop_sweepers
 
-__all__ = ["connect"]
+__all__ = ["connect", "guarded"]
+
+
+def guarded(app: Any) -> bool:
+    """Whether ``app`` has a task of this library."""
+    return any(getattr(t, "_redislock_kind", None) for t in app.tasks.values())
 
 
 def _init(sender: Any = None, **_: Any) -> None:
@@ -37,10 +43,10 @@ def _init(sender: Any = None, **_: Any) -> None:
 
 def _ready(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
-    if app is None or not parking.guarded(app):
+    if app is None or not guarded(app):
         return
     workercheck.check_at_start(app)
-    parking.start_sweeper(app)
+    start_sweeper(app)
     liveness.RECORDER.enable()
 
 
@@ -49,7 +55,7 @@ def _process_init(**_: Any) -> None:
 
 
 def _shutdown(**_: Any) -> None:
-    parking.stop_sweepers()
+    stop_sweepers()
 
 
 def connect() -> None:

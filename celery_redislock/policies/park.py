@@ -2,9 +2,10 @@
 
 No worker process blocks, no message bounces through the broker: the task
 is stored at enqueue (or on arrival, when it came another way) and published
-again when a slot frees.  The machinery (scripts, message capture, promotion,
-sweeper, revoke) is :mod:`celery_redislock.parking`; docs/park.md has the
-state machine and the guarantees.
+again when a slot frees.  The Redis side is :mod:`celery_redislock.core.park`,
+the Celery side (capture, arrival, promotion, sweeper, admin) the package
+:mod:`celery_redislock.parking`; docs/park.md has the state machine and the
+guarantees.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from .. import parking
+from ..parking.arrival import admit
+from ..parking.enqueue import apply_async
+from ..parking.promotion import after_release, releaser
 from .base import Context, Policy, fail
 
 __all__ = ["Park"]
@@ -35,7 +38,7 @@ class Park(Policy):
         task, request, args, kwargs = ctx.task, ctx.request, ctx.args, ctx.kwargs
         lease_set = ctx.need_lease_set()
         # Holds the lease, or raises Ignore (parked, or a stale copy).
-        parking.admit(task, request, args, kwargs, lease_set)
+        admit(task, request, args, kwargs, lease_set)
         return True
 
     def contended(self, ctx: Context) -> NoReturn:
@@ -52,15 +55,15 @@ class Park(Policy):
             return send()
         name, task_id = ctx.name, ctx.task_id
         limit = task.redislock_limit(ctx.args, ctx.kwargs)
-        return parking.apply_async(task, name, task_id, limit, send)
+        return apply_async(task, name, task_id, limit, send)
 
     def releaser(self, ctx: Context) -> Callable[[str], bool]:
         task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
-        return parking.releaser(task, lease_set, limit)
+        return releaser(task, lease_set, limit)
 
     def after_release(self, ctx: Context) -> None:
         task, name, limit = ctx.task, ctx.name, ctx.need_limit()
-        parking.after_release(task, name, limit)
+        after_release(task, name, limit)
 
 
 def _delayed(call: Mapping[str, Any]) -> bool:

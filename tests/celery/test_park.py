@@ -22,8 +22,11 @@ from celery.result import AsyncResult
 
 from celery_redislock import parking as park
 from celery_redislock.core.keys import park_index, park_total, revoke_record
+from celery_redislock.core.park import Parking
+from celery_redislock.parking.message import republish
+from celery_redislock.parking.promotion import promote
 from celery_redislock.servers import RedisServer
-from celery_redislock.settings import client_for
+from celery_redislock.settings import client_for, park_settings
 from tests import kombu_restore
 from tests.celery.test_scenarios import max_overlap
 from tests.celery_apps.basic import create_app
@@ -70,9 +73,9 @@ def events(app: Any, key: str, what: str | None = None) -> list[dict[str, Any]]:
     return [e for e in app.recorder.events("parked", key) if what is None or e["what"] == what]
 
 
-def parking(app: Any, key: str) -> park.Parking:
+def parking(app: Any, key: str) -> Parking:
     client, settings = client_for(app)
-    return park.Parking(client, settings.prefix, f"park:{key}")
+    return Parking(client, settings.prefix, f"park:{key}")
 
 
 def holders(app: Any, key: str) -> list[str]:
@@ -177,8 +180,8 @@ def test_copy_with_stale_token_is_dropped(app: Any, worker: Any, key: str) -> No
     raw = client.hget(f"{settings.prefix}:{{park:{key}}}:parked", entry["task_id"]).decode()
     envelope = json.loads(raw.split("|", 6)[6])
     # Two copies with tokens that match no reservation: acked and dropped.
-    park.republish(app, envelope, 12345)
-    park.republish(app, envelope, 0)
+    republish(app, envelope, 12345)
+    republish(app, envelope, 0)
     wait_for(lambda: queue_length(app) == 0, 60, message="copies consumed")
     open_gate(app, key)
     for r in results:
@@ -318,7 +321,7 @@ def test_bound_over_all_names_is_a_clear_error(redis_url: str) -> None:
     assert client.exists(park_total(prefix)) == 0
     with pytest.raises(ValueError, match="redislock_park_max_total"):
         app.conf.redislock_park_max_total = -1
-        park.park_settings(app)
+        park_settings(app)
 
 
 def test_sweeper_fills_all_slots_after_holders_died(
@@ -675,7 +678,7 @@ def test_a_promoted_task_says_so_and_status_shows_reservations_apart(
     results = [task.delay(key, n) for n in range(3)]  # no worker: 2 in flight, 1 parked
     assert results[2].state == park.PARKED
     parking(app, key).drop(results[0].id)  # its reservation given back (as a discard does)
-    assert park.promote(app, f"park:{key}", LIMIT) == 1
+    assert promote(app, f"park:{key}", LIMIT) == 1
     assert results[2].state == park.PROMOTED  # in the broker now, not parked
     assert park.PROMOTED == "PROMOTED"
     out = CliRunner().invoke(

@@ -391,9 +391,10 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
     """
     import threading
 
-    from celery_redislock import parking as park
+    from celery_redislock.core.park import Admission, Parking, Verdict
+    from celery_redislock.parking import promotion
 
-    republish = park.republish
+    republish = promotion.republish
 
     def faulty_republish(app: Any, envelope: Any, token: int) -> None:
         if rec.client.delete(f"{prefix}:fault:before_publish"):
@@ -415,29 +416,29 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
             republish(app, envelope, token)
             rec.client.rpush(f"{prefix}:fault-log", f"dup {envelope['headers']['id']}")
 
-    park.republish = faulty_republish
+    promotion.republish = faulty_republish
 
-    admit = park.Parking.admit
+    admit = Parking._admit
 
-    def faulty_admit(self: Any, *args: Any, **kwargs: Any) -> tuple[str, Any]:
-        outcome = admit(self, *args, **kwargs)
-        if outcome[0] == "parked" and rec.client.delete(f"{prefix}:fault:after_park"):
+    def faulty_admit(self: Any, mode: str, task_id: str, *args: Any, **kwargs: Any) -> Admission:
+        admission = admit(self, mode, task_id, *args, **kwargs)
+        if admission.verdict is Verdict.PARKED and rec.client.delete(f"{prefix}:fault:after_park"):
             os.kill(os.getpid(), signal.SIGKILL)
-        if outcome[0] == "dup":
-            rec.client.rpush(f"{prefix}:park-drops", f"{args[1]} dup {outcome[1]!r}")
-        return outcome
+        if admission.verdict is Verdict.DUPLICATE:
+            rec.client.rpush(f"{prefix}:park-drops", f"{task_id} dup {admission.reason!r}")
+        return admission
 
-    park.Parking.admit = faulty_admit  # type: ignore[method-assign]
+    Parking._admit = faulty_admit  # type: ignore[method-assign]
 
-    claim = park.Parking.claim
+    claim = Parking.claim
 
-    def recording_claim(self: Any, task_id: str, token: str, *args: Any) -> tuple[str, Any]:
-        outcome = claim(self, task_id, token, *args)
-        if outcome[0] == "drop":
-            rec.client.rpush(f"{prefix}:park-drops", f"{task_id} {token} {outcome[1]!r}")
-        return outcome
+    def recording_claim(self: Any, task_id: str, token: str, *args: Any) -> Admission:
+        admission = claim(self, task_id, token, *args)
+        if admission.verdict is Verdict.DROP:
+            rec.client.rpush(f"{prefix}:park-drops", f"{task_id} {token} {admission.reason!r}")
+        return admission
 
-    park.Parking.claim = recording_claim  # type: ignore[method-assign, assignment]
+    Parking.claim = recording_claim  # type: ignore[method-assign, assignment]
 
 
 if os.environ.get(ENV_PREFIX + "PREFIX"):

@@ -294,7 +294,7 @@ def test_park_on_a_cluster_with_a_real_worker(
     """``park`` with the lock Redis on a cluster: each name's park keys sit in
     its lease set's slot, the index (its own slot) follows every call, and
     every task runs once within the limit."""
-    from celery_redislock import parking
+    from celery_redislock.core.park import Parking
     from tests.celery.test_scenarios import max_overlap
     from tests.celery_apps.basic import create_app
 
@@ -313,7 +313,7 @@ def test_park_on_a_cluster_with_a_real_worker(
         park_keys = [f"{prefix}:{{{name}}}:{part}" for part in ("holders", "park", "parked")]
         assert len({client.keyslot(key) for key in park_keys}) == 1
         wait_for(lambda k=k: len(app.recorder.events("parked", k)) == 2, 60, message="2 running")
-        assert parking.Parking(client, prefix, name).status().parked == 3
+        assert Parking(client, prefix, name).status().parked == 3
         assert client.zscore(index, name) is not None
     for k in keys[:3]:
         app.recorder.client.set(f"{prefix}:gate:{k}", 1, ex=600)

@@ -128,7 +128,18 @@ def test_settings_table_matches_what_the_package_reads() -> None:
     sources = "\n".join(p.read_text() for p in package.rglob("*.py"))
     read = set(re.findall(r"conf\.get\(\s*\"(redislock_\w+)\"", sources))
     assert "redislock_url" in read, "found no setting read in the package"
+    assert {"redislock_park_deadline", "redislock_allow_green_pool"} <= read
     assert documented == read
+
+
+def test_every_setting_is_read_in_settings_py_only() -> None:
+    package = Path(celery_redislock.__file__).parent
+    readers = {
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if re.search(r"conf\.get\(\s*\"redislock_", p.read_text())
+    }
+    assert readers == {"settings.py"}
 
 
 def test_fair_semaphore_locked_means_every_slot_held(

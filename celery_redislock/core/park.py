@@ -1,0 +1,327 @@
+"""The park of one lock name in Redis: its waiting work, reservations and token fates.
+
+Celery-free: a parked *envelope* is an opaque string (the Celery layer stores
+a message in it), and every method is one Lua call (``park_*.lua``; their
+KEYS are :meth:`ParkKeys.park_script_keys`).  The model, per name::
+
+    park      FIFO of waiting entries (task id, limit, expiry, envelope)
+    inflight  reservations: a slot held for a promoted entry until its
+              message arrives (a token and a deadline)
+    tokens    fates of promotion tokens that left flight (stale / claimed)
+
+Guaranteed (single Redis, or one cluster slot per name): at most ``limit``
+holders and reservations together; a reservation lapses at its deadline and
+is handed out again with a new token, so a copy carrying an older token is
+refused; every decision reads the clock of Redis (``TIME``), never the
+caller's.  On a cluster the index of names lives in its own slot and is
+updated from each reply (registered before the call, so a crash between the
+two leaves a name indexed, never parked work unindexed); the total over all
+names (:attr:`ParkConfig.max_total`) needs a single server.
+
+Waiting *until a slot frees* is what the park does today.  Waiting *until a
+time* (a rate limit's "eligible at") fits the same model: an entry's due time
+joins its expiry, promotion takes the head only once it is due, and the index
+is scored by the earliest due time so a sweeper can sleep until then
+(docs/park.md, "Waiting until a time").
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .heartbeat import is_cluster
+from .keys import ParkKeys, park_index, revoke_record
+from .leaseset import WAIT_LEASE
+from .scripts import (
+    PARK_CLAIM,
+    PARK_DROP,
+    PARK_DUE,
+    PARK_ENQUEUE,
+    PARK_INSPECT,
+    PARK_PROMOTE,
+    PARK_RELEASE,
+    LuaScript,
+    text,
+)
+
+__all__ = [
+    "PROMOTE_BATCH",
+    "REVOKE_MEMORY",
+    "Admission",
+    "Dropped",
+    "ParkConfig",
+    "ParkStatus",
+    "Parking",
+    "Promotion",
+    "PromotionKind",
+    "Verdict",
+    "due_names",
+    "indexed_names",
+]
+
+#: reservations one promotion call hands out at most
+PROMOTE_BATCH = 100
+#: seconds a revoke record of a parked task is kept
+REVOKE_MEMORY = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class ParkConfig:
+    """The bounds and timings of parking (the ``redislock_park_*`` settings)."""
+
+    deadline: float = 60.0  #: seconds a reservation waits for its message
+    max_parked: int = 0  #: per name; 0: no bound
+    sweep_interval: float = 1.0  #: seconds between two sweeps of a worker
+    max_total: int = 0  #: over all names (single server only); 0: no bound
+    max_publishes: int = 10  #: publishes with a token before a task is given up
+
+
+class Verdict(enum.Enum):
+    """What an admission decided."""
+
+    HELD = "held"  #: the slot is the caller's lease (``token``: fencing token)
+    RESERVED = "reserved"  #: a slot is reserved; publish with ``token``
+    PARKED = "parked"  #: stored in the park (``count``: parked now; 0 at claim)
+    DUPLICATE = "dup"  #: already parked or in flight (``reason``: which)
+    BOUNDED = "bounded"  #: the name's park is full (``count``); nothing stored
+    BOUNDED_TOTAL = "bounded_total"  #: all names together are (``count``)
+    DROP = "drop"  #: a copy that must not run (``reason``: stale / claimed / unknown)
+
+
+@dataclass(frozen=True)
+class Admission:
+    verdict: Verdict
+    token: int = 0
+    count: int = 0
+    reason: str = ""
+
+    @classmethod
+    def of(cls, reply: Sequence[Any]) -> Admission:
+        verdict, value = Verdict(text(reply[0])), reply[1]
+        if verdict in (Verdict.HELD, Verdict.RESERVED):
+            return cls(verdict, token=int(value))
+        if verdict in (Verdict.DUPLICATE, Verdict.DROP):
+            return cls(verdict, reason=text(value))
+        return cls(verdict, count=int(value))
+
+
+class PromotionKind(enum.Enum):
+    PUBLISH = "p"  #: publish the envelope with ``token``
+    EXPIRED = "x"  #: expired while parked: never runs
+    UNCLAIMED = "u"  #: published ``token`` times, never started: given up
+
+
+@dataclass(frozen=True)
+class Promotion:
+    kind: PromotionKind
+    task_id: str
+    token: int  #: for UNCLAIMED: how often it was published
+    envelope: str
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """What :meth:`Parking.drop` removed: ``where`` is ``"parked"``,
+    ``"inflight"`` (a reservation: its slot passes on) or ``""`` (nothing)."""
+
+    where: str
+    envelope: str
+
+
+@dataclass
+class ParkStatus:
+    """One name's parked work, as Redis sees it."""
+
+    name: str
+    parked: int
+    oldest_age: float | None  #: seconds since the oldest parked task was enqueued
+    in_flight: int  #: reservations published, not yet arrived
+    overdue: int  #: of those, past their deadline (the sweeper re-publishes them)
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    #: promotions in flight (published, not yet started), when entries were asked for
+    promoted: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _field(value: str) -> str:
+    """``value`` as a field of a park entry, whose fields are separated by ``|``."""
+    return value.replace("|", "/")
+
+
+def _promotions(items: Sequence[Any]) -> list[Promotion]:
+    return [
+        Promotion(PromotionKind(text(kind)), text(task_id), int(token), text(envelope))
+        for kind, task_id, token, envelope in zip(*[iter(items)] * 4, strict=True)
+    ]
+
+
+class Parking:
+    """The park operations of one name: each method is one Lua call."""
+
+    def __init__(self, client: Any, prefix: str, name: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.name = name
+        self.cluster = is_cluster(client)
+        self.keys = ParkKeys(prefix, name)
+        self._script_keys = self.keys.park_script_keys(self.cluster)
+
+    @property
+    def index(self) -> str:
+        return park_index(self.prefix)
+
+    def _call(self, script: LuaScript, args: list[Any]) -> Any:
+        if self.cluster:
+            # Registered first, so a crash after the call cannot leave parked
+            # work out of the index; the reply's due time corrects the score.
+            self.client.zadd(self.index, {self.name: 0}, nx=True)
+        reply = script(self.client, self._script_keys, [self.name, *args])
+        if self.cluster:
+            due = int(reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1])
+            if due < 0:
+                self.client.zrem(self.index, self.name)
+            else:
+                self.client.zadd(self.index, {self.name: due})
+        return reply
+
+    def enqueue(
+        self, task_id: str, limit: int, envelope: str, expires_in: float, config: ParkConfig,
+        task_name: str = "",
+    ) -> Admission:  # fmt: skip
+        """At publish: RESERVED (publish with the token), PARKED, DUPLICATE or
+        BOUNDED / BOUNDED_TOTAL (nothing stored)."""
+        return self._admit("enqueue", task_id, limit, envelope, expires_in, config,
+                           task_name=task_name)  # fmt: skip
+
+    def arrive(
+        self, task_id: str, limit: int, envelope: str, expires_in: float, config: ParkConfig,
+        owner: str, ttl: float, meta: str, task_name: str = "",
+    ) -> Admission:  # fmt: skip
+        """A message without a reservation reached a worker: HELD (``owner``
+        holds the slot for ``ttl``), PARKED, DUPLICATE or BOUNDED*."""
+        return self._admit("arrive", task_id, limit, envelope, expires_in, config,
+                           owner, ttl, meta, task_name)  # fmt: skip
+
+    def _admit(
+        self, mode: str, task_id: str, limit: int, envelope: str, expires_in: float,
+        config: ParkConfig, owner: str = "", ttl: float = 0.0, meta: str = "",
+        task_name: str = "",
+    ) -> Admission:  # fmt: skip
+        if config.max_total and self.cluster:
+            raise ValueError(
+                "redislock_park_max_total needs a single Redis server: on a cluster the "
+                "total over all names spans slots (use redislock_park_max per name)"
+            )
+        reply = self._call(
+            PARK_ENQUEUE,
+            [mode, task_id, limit, envelope, _ms(expires_in) if expires_in > 0 else 0,
+             _ms(config.deadline), config.max_parked, owner, _ms(ttl) if ttl else 0, meta,
+             config.max_total, _field(task_name)],
+        )  # fmt: skip
+        return Admission.of(reply)
+
+    def claim(
+        self, task_id: str, token: str, owner: str, ttl: float, meta: str, limit: int,
+        task_name: str = "",
+    ) -> Admission:  # fmt: skip
+        """A promoted message arrived: HELD (its reservation became ``owner``'s
+        lease), PARKED (sent back: the name is over a lowered limit) or DROP."""
+        reply = self._call(
+            PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, limit, _field(task_name)]
+        )
+        return Admission.of(reply)
+
+    def promote(self, limit: int, config: ParkConfig, task_name: str = "") -> list[Promotion]:
+        """Fill the free slots; ``limit`` and ``task_name`` are the caller's (0 and
+        "" for the sweeper): parked tasks of that name are admitted by ``limit``,
+        others by their own limit from when they were parked."""
+        reply = self._call(
+            PARK_PROMOTE,
+            [limit, _ms(config.deadline), PROMOTE_BATCH, _field(task_name), config.max_publishes],
+        )
+        return _promotions(reply[1:])
+
+    def release(
+        self, owner: str, limit: int, config: ParkConfig, task_name: str = ""
+    ) -> tuple[bool, list[Promotion]]:
+        """Release ``owner``'s slot (as ``release.lua``) and promote into the
+        freed slots (as :meth:`promote`), in one call; returns whether it held,
+        and the promotions."""
+        reply = self._call(
+            PARK_RELEASE,
+            [owner, _ms(WAIT_LEASE), limit, _ms(config.deadline), PROMOTE_BATCH,
+             _field(task_name), config.max_publishes],
+        )  # fmt: skip
+        return bool(reply[1]), _promotions(reply[2:])
+
+    def drop(self, task_id: str, token: str = "") -> Dropped:
+        """Remove ``task_id`` (parked, or in flight with ``token`` if given)."""
+        reply = self._call(PARK_DROP, [task_id, token])
+        return Dropped(text(reply[0]), text(reply[1]))
+
+    def status(self, count: int = 0) -> ParkStatus:
+        """Counts, and the first ``count`` parked entries and promotions in flight."""
+        now_ms, parked, oldest, inflight, overdue, listed, promoted = PARK_INSPECT(
+            self.client, self._script_keys, [self.name, count]
+        )
+        now = int(now_ms)
+        entries = [
+            {**_listed(listed, i, now), "expires_in": _until(listed[i + 2], now)}
+            for i in range(0, len(listed), 4)
+        ]
+        in_flight = [
+            {**_listed(promoted, i, now), "deadline_in": _until(promoted[i + 2], now)}
+            for i in range(0, len(promoted), 4)
+        ]
+        return ParkStatus(
+            self.name, int(parked), (now - int(oldest)) / 1000 if int(oldest) else None,
+            int(inflight), int(overdue), entries, in_flight,
+        )  # fmt: skip
+
+    # -- revoke records: one per task id, beside the names' keys ------------
+
+    def record_revoke(self, task_id: str) -> None:
+        """Remember that ``task_id`` is revoked (:data:`REVOKE_MEMORY` seconds)."""
+        self.client.set(revoke_record(self.prefix, task_id), 1, ex=REVOKE_MEMORY)
+
+    def is_revoked(self, task_id: str) -> bool:
+        return bool(self.client.exists(revoke_record(self.prefix, task_id)))
+
+
+def due_names(client: Any, prefix: str, count: int = 1000) -> list[str]:
+    """Names of the index with a promotion due now (``park_due.lua``)."""
+    return [text(raw) for raw in PARK_DUE(client, [park_index(prefix)], [count])]
+
+
+def indexed_names(client: Any, prefix: str) -> list[str]:
+    """Every name of the index (parked or in-flight work), sorted."""
+    return sorted(text(n) for n in client.zrange(park_index(prefix), 0, -1))
+
+
+def _listed(items: Sequence[Any], i: int, now_ms: int) -> dict[str, Any]:
+    """One listed entry of ``park_inspect.lua``: task id, enqueue time, envelope.
+    The envelope is read as JSON for its ``task`` and ``headers.argsrepr``
+    (what the Celery layer stores); anything else shows as unknown."""
+    try:
+        env = json.loads(text(items[i + 3]))
+    except ValueError:
+        env = {}
+    env = env if isinstance(env, dict) else {}
+    return {
+        "task_id": text(items[i]),
+        "task": env.get("task"),
+        "age": (now_ms - int(items[i + 1])) / 1000,
+        "argsrepr": (env.get("headers") or {}).get("argsrepr"),
+    }
+
+
+def _until(ms: Any, now_ms: int) -> float | None:
+    """Seconds from ``now_ms`` to the Redis time ``ms`` (None for 0: never)."""
+    return (int(ms) - now_ms) / 1000 if int(ms) else None

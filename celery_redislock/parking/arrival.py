@@ -1,0 +1,89 @@
+"""Admission of a park-policy task when its message reaches a pool child.
+
+A promoted message carries its reservation's token: while its task id is in
+flight, the first copy to arrive claims the reservation as its lease
+(``park_claim.lua``); a copy whose token is stale or already claimed is
+acked and dropped (:class:`StillPending`), one whose token Redis does not
+know (the lock Redis lost its data) is admitted as new.  A message without a
+token (beat, ``send_task``, a countdown retry) goes through the same
+decision as at enqueue: it runs if a slot is free and nothing is parked,
+else it is parked by that same call and acked.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from celery.exceptions import Ignore
+
+from ..core.leaseset import LeaseSet
+from ..core.owners import new_owner
+from ..core.park import Admission, Parking, Verdict
+from ..options import HEADER_PARK_TOKEN, header
+from ..settings import settings_for
+from .message import envelope_of_request, expires_in, json_dumps
+from .promotion import promote
+from .states import StillPending, announce_parked, mark_revoked, raise_if_bounded
+
+__all__ = ["admit"]
+
+log = logging.getLogger("celery_redislock")
+
+
+def admit(
+    task: Any, request: Any, args: Sequence[Any], kwargs: Any, lease_set: LeaseSet
+) -> LeaseSet:
+    """Run-time admission of a park-policy task; returns the held lease set or
+    raises ``Ignore`` (parked, or a copy that must not run) / ``ParkFull``."""
+    name, task_id = lease_set.name, request.id
+    parking = Parking(lease_set.client, lease_set.keys.prefix, name)
+    token = header(request, HEADER_PARK_TOKEN)
+    if parking.is_revoked(task_id):
+        # Revoked through Redis (revoke, or a worker that discarded it): a
+        # worker that missed the broadcast, or forgot it, must not run it.
+        if parking.drop(task_id, "" if token is None else str(token)).where == "inflight":
+            promote(task.app, name, lease_set.limit, parking.client, parking.prefix, task.name)
+        log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
+        mark_revoked(task.app, task_id, "revoked", request)
+        raise Ignore()  # the task is done: __call__ gives its enqueue marker back
+    owner = new_owner(lease_set.owner_prefix)
+    meta = lease_set.holder_meta()
+    sent_at = time.monotonic()
+    admission: Admission | None = None
+    if token is not None:
+        admission = parking.claim(
+            task_id, str(token), owner, lease_set.ttl, meta, lease_set.limit, task.name
+        )
+        if admission.verdict is Verdict.DROP and (
+            admission.reason == "unknown"
+            or (admission.reason == "claimed" and _redelivered(request))
+        ):
+            # Unknown: the lock Redis lost its data.  Claimed and redelivered:
+            # the delivery that claimed it died before its ack and the broker
+            # gave the message back (the main process released the lease).
+            # Either way this copy is the task: admitted like any message
+            # without a reservation.  At least once, as Celery delivers.
+            admission = None
+    if admission is None:
+        envelope = envelope_of_request(task, request, args, kwargs)
+        admission = parking.arrive(
+            task_id, lease_set.limit, json_dumps(envelope),
+            expires_in(envelope["headers"], task.app), settings_for(task.app).park,
+            owner, lease_set.ttl, meta, task.name,
+        )  # fmt: skip
+    if admission.verdict is Verdict.HELD:
+        lease_set.adopt(owner, admission.token, sent_at)
+        return lease_set
+    if admission.verdict is Verdict.PARKED:
+        announce_parked(task, task_id, name, "arrive", admission.count)
+        raise StillPending()
+    raise_if_bounded(admission, name, f"{task.name}[{task_id}] not parked")
+    log.info("%s[%s] dropped: a copy of a parked task (%s)", task.name, task_id, admission.reason)
+    raise StillPending()
+
+
+def _redelivered(request: Any) -> bool:
+    return bool((getattr(request, "delivery_info", None) or {}).get("redelivered"))

@@ -1,0 +1,100 @@
+"""The caller's side of parking: the decision at publish.
+
+``apply_async`` of a park-policy task runs Celery's own publish with a
+context variable set; the wrapped ``app.amqp.send_task_message`` sees the
+message exactly as Celery built it (routing done) and makes one
+``park_enqueue.lua`` call: the task is published with a reservation's token,
+or stored in the park and not published (``PARKED``), or refused with
+:class:`ParkFull`.  A publish that fails after a reservation gives the
+reservation back, so its slot is not held for a message that never left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ..core.park import Parking, Verdict
+from ..options import HEADER_PARK_TOKEN
+from ..settings import client_for
+from .message import envelope_of_publish, expires_in, json_dumps
+from .states import announce_parked, raise_if_bounded
+
+__all__ = ["apply_async"]
+
+
+@dataclass
+class _Call:
+    task: Any
+    name: str
+    task_id: str
+    limit: int
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("redislock_park", default=None)
+_INSTALL_LOCK = threading.Lock()
+
+
+def apply_async(task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any]) -> Any:
+    """Run ``send`` (Celery's ``apply_async``) with the park decision at publish."""
+    _install_sender(task.app)
+    reset = _CALL.set(_Call(task, name, task_id, limit))
+    try:
+        return send()
+    finally:
+        _CALL.reset(reset)
+
+
+def _install_sender(app: Any) -> None:
+    """Wrap ``app.amqp.send_task_message`` once: a park call decides there,
+    with the message exactly as Celery built it (routing done)."""
+    amqp = app.amqp
+    if getattr(amqp, "_redislock_park_sender", False):
+        return
+    with _INSTALL_LOCK:
+        if getattr(amqp, "_redislock_park_sender", False):
+            return
+        original = amqp.send_task_message
+
+        def send_task_message(producer: Any, name: str, message: Any, **options: Any) -> Any:
+            call = _CALL.get()
+            if call is None or message.headers.get("id") != call.task_id:
+                return original(producer, name, message, **options)
+            _CALL.set(None)  # only this one message (not callbacks it may publish)
+            token = _enqueue(call, envelope_of_publish(app, message, options))
+            if token is None:
+                return None
+            message.headers[HEADER_PARK_TOKEN] = str(token)
+            try:
+                return original(producer, name, message, **options)
+            except BaseException:
+                with contextlib.suppress(RedisError):
+                    client, settings = client_for(app)
+                    Parking(client, settings.prefix, call.name).drop(call.task_id, str(token))
+                raise
+
+        amqp.send_task_message = send_task_message
+        amqp._redislock_park_sender = True
+
+
+def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
+    """The enqueue decision; returns the token to publish with, or None when
+    not published (parked, or already parked or in flight)."""
+    task = call.task
+    client, settings = client_for(task.app)
+    admission = Parking(client, settings.prefix, call.name).enqueue(
+        call.task_id, call.limit, json_dumps(envelope),
+        expires_in(envelope["headers"], task.app), settings.park, task.name,
+    )  # fmt: skip
+    if admission.verdict is Verdict.RESERVED:
+        return admission.token
+    raise_if_bounded(admission, call.name, f"{task.name}[{call.task_id}] not enqueued")
+    if admission.verdict is Verdict.PARKED:
+        announce_parked(task, call.task_id, call.name, "enqueue", admission.count)
+    return None

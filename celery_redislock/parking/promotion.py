@@ -1,0 +1,217 @@
+"""Promotion: parked tasks take the slots that free, and are published again.
+
+Runs where a slot frees: in the pool child that releases (one
+``park_release.lua`` call gives the slot back and reserves the freed slots
+for the head of the park), in the worker's main process (a dead child's
+lease, a task the worker discarded, holders that died with their worker),
+and in the sweeper.  Each promotion is stored ``PROMOTED`` before its
+publish, so a fast worker's own state is never overwritten.  A publish that
+fails is logged; its reservation lapses at its deadline and the sweeper
+publishes it again with a new token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from .. import dedupe, signals
+from ..core import liveness
+from ..core.leaseset import LeaseSet
+from ..core.park import Parking, Promotion, PromotionKind
+from ..settings import client_for, settings_for
+from .message import json_loads, republish, request_of
+from .states import PROMOTED, ParkUnclaimed, mark_revoked, store_state
+
+__all__ = [
+    "after_release",
+    "discarded_by_worker",
+    "never_runs",
+    "promote",
+    "release_dead_holders",
+    "releaser",
+]
+
+log = logging.getLogger("celery_redislock")
+
+
+def promote(
+    app: Any, name: str, limit: int = 0, client: Any = None, prefix: str = "", task_name: str = ""
+) -> int:
+    """Fill the free slots of ``name`` from its park and publish them.
+
+    Expired tasks are marked revoked (reason ``expired``), revoked ones are
+    dropped (their reservation passes on).  A publish that fails is logged;
+    its reservation lapses at the deadline and the sweeper re-publishes it.
+    Returns the number of messages published.
+    """
+    if client is None:
+        client, settings = client_for(app)
+        prefix = settings.prefix
+    parking = Parking(client, prefix, name)
+    promotions = parking.promote(limit, settings_for(app).park, task_name)
+    return _publish_all(app, parking, promotions, limit, task_name)
+
+
+def _publish_all(
+    app: Any, parking: Parking, promotions: list[Promotion], limit: int, task_name: str = ""
+) -> int:
+    """Publish ``promotions``, and promote again while revoked ones freed slots."""
+    published = 0
+    for _ in range(1000):  # each round frees at least one revoked slot, or ends
+        again = False
+        for promotion in promotions:
+            task_id, token = promotion.task_id, promotion.token
+            envelope = json_loads(promotion.envelope)
+            if promotion.kind is PromotionKind.EXPIRED:
+                log.warning("%s[%s] expired while parked: not run", envelope.get("task"), task_id)
+                never_runs(app, parking, task_id, "expired", envelope)
+                continue
+            if promotion.kind is PromotionKind.UNCLAIMED:
+                _unclaimed(app, parking, task_id, token, envelope)
+                continue
+            if parking.is_revoked(task_id):
+                parking.drop(task_id, str(token))
+                never_runs(app, parking, task_id, "revoked", envelope)
+                again = True
+                continue
+            store_state(app, task_id, PROMOTED, {"lock": parking.name, "token": token})
+            try:
+                republish(app, envelope, token)
+                published += 1
+            except Exception as exc:
+                log.error(
+                    "could not publish parked %s[%s] (%r); re-published after its deadline",
+                    envelope.get("task"), task_id, exc,
+                )  # fmt: skip
+        if not again:
+            break
+        promotions = parking.promote(limit, settings_for(app).park, task_name)
+    return published
+
+
+def never_runs(
+    app: Any, parking: Parking, task_id: str, reason: str, envelope: Mapping[str, Any] | None
+) -> None:
+    """A parked task's final state: REVOKED (``reason``), with the request its
+    message carried so that a chord it belongs to counts it (and fails with
+    ``ChordError``, as for a plain revoked member), and its enqueue marker
+    (``lock_dedupe``) given back, so later calls of its key are published."""
+    mark_revoked(app, task_id, reason, request_of(envelope))
+    _dropped(app, parking, task_id, reason, envelope)
+
+
+def _unclaimed(
+    app: Any, parking: Parking, task_id: str, publishes: int, envelope: Mapping[str, Any]
+) -> None:
+    """A parked task published ``publishes`` times that no worker started:
+    ``FAILURE`` with :class:`ParkUnclaimed` (errbacks and a chord it belongs
+    to are told, as for any failure), never published again."""
+    task_name = envelope.get("task")
+    exc = ParkUnclaimed(
+        f"{task_name}[{task_id}] was published {publishes} times for {parking.name!r} and no "
+        f"worker started it within redislock_park_deadline each time: is a worker consuming "
+        f"its queue, and does it know the task {task_name!r}?"
+    )
+    log.error("%s; given up (redislock_park_max_publishes)", exc)
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        app.backend.mark_as_failure(task_id, exc, request=request_of(envelope))
+    _dropped(app, parking, task_id, "unclaimed", envelope)
+
+
+def _dropped(
+    app: Any, parking: Parking, task_id: str, reason: str, envelope: Mapping[str, Any] | None
+) -> None:
+    """Give the enqueue marker (``lock_dedupe``) back, so later calls of its key
+    are published, and send ``lock_dropped``."""
+    dedupe.clear(parking.client, parking.prefix, parking.name, task_id)
+    task = app.tasks.get((envelope or {}).get("task") or "")
+    signals.lock_dropped.send(
+        sender=task, task_id=task_id, name=parking.name,
+        kind=getattr(task, "_redislock_kind", "semaphore"), reason=reason,
+    )  # fmt: skip
+
+
+def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool]:
+    """The release of a park-policy run (for ``LeaseSet.release_through``):
+    the slot is given back and the parked tasks are promoted into it in one
+    call, then published.  A failed release raises (the caller logs it; the
+    lease frees within its ttl and the sweeper promotes); a failed publish is
+    logged (the sweeper re-publishes after the deadline)."""
+
+    def release(owner: str) -> bool:
+        parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
+        held, promotions = parking.release(owner, limit, settings_for(task.app).park, task.name)
+        try:
+            _publish_all(task.app, parking, promotions, limit, task.name)
+        except RedisError as exc:
+            log.error(
+                "could not promote parked tasks of %r (%r); the sweeper will", lease_set.name, exc
+            )
+        return held
+
+    return release
+
+
+def after_release(task: Any, name: str, limit: int) -> None:
+    """Promote the next tasks after a slot was released by other means (a
+    dead child's lease, released by the worker's main process)."""
+    try:
+        promote(task.app, name, limit, task_name=task.name)
+    except RedisError as exc:
+        log.error("could not promote parked tasks of %r (%r); the sweeper will", name, exc)
+
+
+def discarded_by_worker(
+    task: Any, task_id: str, token: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """A worker discarded a promoted task before it ran (revoked, or expired):
+    give its reservation back and promote into the slot at once, and keep a
+    revoke record so that no copy of it is ever promoted or run later (workers
+    forget revoked ids).  Celery itself marks the task REVOKED, with its request,
+    so a chord counts it.  Runs in the worker's main process."""
+    try:
+        client, settings = client_for(task.app)
+        name = task.redislock_name(args, kwargs)
+        parking = Parking(client, settings.prefix, name)
+        parking.record_revoke(task_id)
+        where = parking.drop(task_id, token).where
+        log.info(
+            "%s[%s] discarded by the worker: its reservation of %r %s",
+            task.name, task_id, name, "given back" if where else "had already lapsed",
+        )  # fmt: skip
+        signals.lock_dropped.send(
+            sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
+        )
+        limit = task.redislock_limit(args, kwargs)
+        promote(task.app, name, limit, client, settings.prefix, task.name)
+    except Exception as exc:  # the deadline frees the slot; the record is what matters
+        log.error("%s[%s]: could not give back its park reservation (%r); it lapses at its "
+                  "deadline", task.name, task_id, exc)  # fmt: skip
+
+
+def release_dead_holders(app: Any) -> int:
+    """Give back the leases of processes of this machine that are provably dead
+    (see core/liveness.py: a whole worker killed, whose main process could not
+    clean up after its children), and promote parked work into the freed slots,
+    before the leases' TTL would have freed them.  Returns how many it released."""
+    client, settings = client_for(app)
+    released = 0
+    for dead in liveness.dead_processes(client, settings.prefix):
+        for name, owners in dead.holdings.items():
+            parking = Parking(client, settings.prefix, name)
+            for owner in owners:
+                held, promotions = parking.release(owner, 0, settings.park)
+                if held:
+                    released += 1
+                    log.warning(
+                        "released %r held by process %s, which died on this machine (owner %s)",
+                        name, dead.process, owner,
+                    )  # fmt: skip
+                _publish_all(app, parking, promotions, 0)
+        liveness.forget(client, settings.prefix, dead.process)
+    return released

@@ -1,0 +1,94 @@
+"""What a parked task shows: its states, its exceptions, and how they are recorded.
+
+Every path of a parked task ends in a state of the result backend, a log
+line and a signal (docs/park.md, "States"): ``PARKED`` while it waits,
+``PROMOTED`` once re-published, then the states of a run, or ``REVOKED``
+(expired, revoked, discarded) or ``FAILURE`` (:class:`ParkFull`,
+:class:`ParkUnclaimed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from celery.exceptions import Ignore
+
+from .. import signals
+from ..core.errors import LockContended
+from ..core.park import Admission, Verdict
+
+__all__ = [
+    "PARKED",
+    "PROMOTED",
+    "ParkFull",
+    "ParkUnclaimed",
+    "StillPending",
+    "announce_parked",
+    "mark_revoked",
+    "raise_if_bounded",
+    "store_state",
+]
+
+log = logging.getLogger("celery_redislock")
+
+PARKED = "PARKED"
+#: published again by a promotion, not yet started (its message is in the broker)
+PROMOTED = "PROMOTED"
+
+
+class StillPending(Ignore):  # type: ignore[misc]
+    """A run ended without running the body, while the task itself is still to
+    run: it was parked at arrival, or it was a copy of a task that is parked or
+    in flight.  Its enqueue marker (``lock_dedupe``) stays: it is not done."""
+
+
+class ParkFull(LockContended):
+    """A park bound is reached: the name's (``redislock_park_max``) or the one over
+    all names (``redislock_park_max_total``).  The task was not stored."""
+
+
+class ParkUnclaimed(LockContended):
+    """The final state (``FAILURE``) of a parked task that was published
+    ``redislock_park_max_publishes`` times and no worker ever started it: no
+    worker consumes the queue it is routed to, or none knows its task name.
+    Its slot passed on; a copy still in the broker never runs."""
+
+
+def raise_if_bounded(admission: Admission, name: str, what: str) -> None:
+    """:class:`ParkFull` when ``admission`` met a bound (nothing was stored)."""
+    if admission.verdict is Verdict.BOUNDED:
+        raise ParkFull(
+            f"{name!r}: {admission.count} tasks parked, the bound (redislock_park_max); {what}",
+            name,
+            "park",
+        )
+    if admission.verdict is Verdict.BOUNDED_TOTAL:
+        raise ParkFull(
+            f"{admission.count} tasks parked over all names, the bound "
+            f"(redislock_park_max_total); {name!r}: {what}",
+            name,
+            "park",
+        )
+
+
+def announce_parked(task: Any, task_id: str, name: str, where: str, count: int) -> None:
+    """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive)."""
+    log.info("%s[%s] parked (%s): %r is full, %d parked", task.name, task_id, where, name, count)
+    store_state(task.app, task_id, PARKED, {"lock": name, "where": where})
+    signals.lock_parked.send(
+        sender=task, task_id=task_id, name=name, kind=task._redislock_kind, where=where,
+        parked=count,
+    )  # fmt: skip
+
+
+def store_state(app: Any, task_id: str, state: str, meta: dict[str, Any]) -> None:
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        app.backend.store_result(task_id, meta, state)
+
+
+def mark_revoked(app: Any, task_id: str, reason: str, request: Any = None) -> None:
+    """REVOKED in the result backend; with the task's ``request`` a chord counts it."""
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        app.backend.mark_as_revoked(task_id, reason, request=request)
