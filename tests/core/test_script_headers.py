@@ -1,0 +1,135 @@
+"""Every Lua script's header is true: the KEYS and ARGV its callers pass are
+the ones it declares.
+
+Each script is called the way the package calls it (a lock, a semaphore with
+a waiter, renewal, inspection, dedupe markers, fencing, a park's whole
+life, the sweeper's index read, process statements), with every call
+recorded; the counts are then compared with the header of the script's own
+file (``KEYS[n]`` / ``ARGV[n]`` lines, or "the six keys of common.lua").
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from celery_redislock import FairSemaphore, RedisLock, dedupe
+from celery_redislock.core import liveness, scripts
+from celery_redislock.core.fencing import FencedResource
+from celery_redislock.core.heartbeat import HEARTBEAT
+from celery_redislock.core.inspection import inspect_names
+from celery_redislock.core.keys import LeaseKeys
+from celery_redislock.core.park import ParkConfig, Parking, due_names
+from celery_redislock.core.replication import acknowledged_by
+from tests.waiting import wait_for
+
+LUA = Path(scripts.__file__).parent / "lua"
+NUMBERS = {"six": 6, "thirteen": 13}
+
+
+def declared(name: str) -> tuple[set[int] | None, set[int] | None]:
+    """(key counts, arg counts) the header of ``name`` allows; None: any."""
+    header = LUA.joinpath(name).read_text().split("\n\n", 1)[0]
+    keys: set[int] | None
+    shared = re.search(r"^-- KEYS: the (\w+) keys of (\w+\.lua)", header, re.MULTILINE)
+    if shared:
+        count = NUMBERS[shared.group(1)]
+        # The park scripts leave the index and the total out on a cluster.
+        keys = {count, count - 2} if shared.group(2) == "park_common.lua" else {count}
+    elif re.search(r"^-- KEYS: for lease i", header, re.MULTILINE):
+        keys = None
+    else:
+        keys = {max(map(int, re.findall(r"^--\s+KEYS\[(\d+)\]", header, re.MULTILINE)))}
+    args: set[int] | None
+    if re.search(r"^-- ARGV: none", header, re.MULTILINE):
+        args = {0}
+    elif re.search(r"^-- ARGV(: for lease i|\[1\.\.n\])", header, re.MULTILINE):
+        args = None
+    else:
+        args = {max(map(int, re.findall(r"^--\s+ARGV\[(\d+)\]", header, re.MULTILINE)))}
+    return keys, args
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int, int]]]:
+    recorded: list[tuple[str, int, int]] = []
+    call, queue = scripts.LuaScript.__call__, scripts.LuaScript.queue
+
+    def recording_call(self: Any, client: Any, keys: Any, args: list[Any]) -> Any:
+        recorded.append((self.name, len(keys), len(args)))
+        return call(self, client, keys, args)
+
+    def recording_queue(self: Any, pipeline: Any, keys: Any, args: list[Any]) -> None:
+        recorded.append((self.name, len(keys), len(args)))
+        queue(self, pipeline, keys, args)
+
+    monkeypatch.setattr(scripts.LuaScript, "__call__", recording_call)
+    monkeypatch.setattr(scripts.LuaScript, "queue", recording_queue)
+    yield recorded
+
+
+def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
+    redis_client: Any, prefix: str, calls: list[tuple[str, int, int]]
+) -> None:
+    name = f"hdr-{uuid.uuid4().hex[:8]}"
+    lock = RedisLock(redis_client, name, ttl=5, prefix=prefix)
+    assert lock.acquire()
+    assert lock.refresh()
+    inspect_names(redis_client, prefix, [name])
+    assert FencedResource(redis_client, f"{prefix}:res:{name}").write(lock.token, "v")
+    acknowledged_by(redis_client, LeaseKeys(prefix, name).fence, 0, 10)
+    # acknowledged_by sends touch_fence.lua as a plain EVAL of 1 key, 1 arg.
+    assert declared("touch_fence.lua") == ({1}, {1})
+    keys = LeaseKeys(prefix, name)
+    scripts.REFRESH_PREFIX(redis_client, [keys.holders, keys.info], ["no-such-owner"])
+    space, me = liveness.process_space(), liveness.identity()
+    if space is not None and me is not None:  # Linux: process statements
+        liveness.Recorder().state(space, me, HEARTBEAT.leases())
+        liveness.last_statements(redis_client, prefix, [f"{space}/{me}"])
+        liveness.forget(redis_client, prefix, me)
+    lock.release()
+    assert dedupe.claim(redis_client, prefix, name, "t0", 5) is None
+    assert dedupe.clear(redis_client, prefix, name, "t0")
+
+    first = FairSemaphore(redis_client, f"{name}-s", 1, ttl=5, prefix=prefix)
+    second = FairSemaphore(redis_client, f"{name}-s", 1, ttl=5, prefix=prefix)
+    assert first.acquire()
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(second.acquire(blocking=True, timeout=30)))
+    waiter.start()
+    wait_for(lambda: len(first.waiters()) == 1, 30, message="the second one queued")
+    first.release()
+    waiter.join(30)
+    assert got == [True]
+    second.release()
+
+    park = Parking(redis_client, prefix, f"{name}-p")
+    config = ParkConfig(deadline=5)
+    reserved = park.enqueue("t1", 1, "{}", 0, config, "task")
+    assert park.enqueue("t2", 1, "{}", 0, config, "task").count == 1
+    held = park.claim("t1", str(reserved.token), "owner.1", 5, "{}", 1, "task")
+    assert held.token > 0
+    released, promotions = park.release("owner.1", 1, config, "task")
+    assert released and [p.task_id for p in promotions] == ["t2"]
+    park.promote(1, config, "task")
+    park.arrive("t3", 1, "{}", 0, config, "owner.3", 5, "{}", "task")
+    park.status(count=10)
+    park.drop("t2")
+    due_names(redis_client, prefix)
+
+    called = {script for script, _, _ in calls}
+    lua_files = {p.name for p in LUA.glob("*.lua")} - {"common.lua", "park_common.lua"}
+    lua_files -= {"touch_fence.lua"}
+    if liveness.process_space() is None:
+        lua_files -= {"live_register.lua", "live_list.lua", "live_forget.lua"}
+    assert lua_files - called == set(), "scripts this test does not call"
+    for script, n_keys, n_args in calls:
+        keys, args = declared(script)
+        assert keys is None or n_keys in keys, f"{script}: {n_keys} keys, header says {keys}"
+        assert args is None or n_args in args, f"{script}: {n_args} args, header says {args}"
