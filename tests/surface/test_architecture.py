@@ -1,5 +1,6 @@
-"""The layers of docs/architecture.md hold: the core imports no Celery, and no
-module of the package, the example or the benchmarks is part of an import cycle.
+"""The layers of docs/architecture.md hold: the core imports no Celery, no
+module of the package, the example or the benchmarks is part of an import
+cycle, and no module or class of the package outgrows one job.
 
 Read from the source (``ast``), so a cycle hidden in a function-level import
 counts too.
@@ -56,8 +57,7 @@ def test_the_core_imports_no_celery() -> None:
     assert {m: i for m, i in offenders.items() if i} == {}
     core = {m for m in graph() if m.startswith("celery_redislock.core")}
     upward = {
-        m: sorted(i for i in graph()[m] if not i.startswith("celery_redislock.core"))
-        for m in core
+        m: sorted(i for i in graph()[m] if not i.startswith("celery_redislock.core")) for m in core
     }
     assert {m: i for m, i in upward.items() if i and i != ["celery_redislock"]} == {}
 
@@ -119,3 +119,21 @@ def test_every_lua_script_declares_the_helpers_it_calls() -> None:
     assert script.source == "\n".join(
         (LUA / part).read_text() for part in ["common.lua", "park_common.lua", "park_claim.lua"]
     )
+
+
+def test_modules_and_classes_stay_small() -> None:
+    """One job per module: no module of the package over 400 lines, no class
+    over 250 (split by concern, as the lease set and parking are)."""
+    package = ROOT / "celery_redislock"
+    long_modules: list[str] = []
+    long_classes: list[str] = []
+    for path in sorted(package.rglob("*.py")):
+        source = path.read_text()
+        if source.count("\n") > 400:
+            long_modules.append(f"{path.relative_to(package)}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                size = node.end_lineno - node.lineno + 1
+                if size > 250:
+                    long_classes.append(f"{path.relative_to(package)}:{node.name}: {size} lines")
+    assert long_modules == [] and long_classes == []
