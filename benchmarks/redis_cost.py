@@ -103,7 +103,7 @@ def _scripts_at(url: str, ref: str, limit: int, label: str) -> tuple[str, Cycle]
         owner = uuid.uuid4().hex
         if acq(r, keys, [owner, limit, TTL * 1000, meta, b"1", 5000]) <= 0:
             raise RuntimeError(f"{label}: not acquired")
-        rel(r, keys, [owner, limit, 5000])
+        rel(r, keys, [owner, 5000])
 
     return f"{label} scripts @{ref} (limit {limit})", cycle
 

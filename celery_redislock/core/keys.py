@@ -4,10 +4,10 @@ All keys of one lock or semaphore share the hash tag ``{name}``, so a lease
 set lives in one Redis Cluster slot and every script touches one slot only::
 
     <prefix>:{<name>}:holders   ZSET  owner -> lease expiry (Redis time, ms)
-    <prefix>:{<name>}:info      HASH  owner -> token, acquired time, ttl, meta
+    <prefix>:{<name>}:info      HASH  owner -> token, acquired time, ttl, limit, meta
     <prefix>:{<name>}:fence     STR   last fencing token (expires 10 min after use)
     <prefix>:{<name>}:queue     ZSET  waiting owner -> arrival
-    <prefix>:{<name>}:qinfo     HASH  waiting owner -> wait lease, ttl, meta
+    <prefix>:{<name>}:qinfo     HASH  waiting owner -> wait lease, ttl, limit, meta
     <prefix>:{<name>}:wake:<owner>  LIST  hand-off signal for one waiter
     <prefix>:{<name>}:enqueued  STR   lock_dedupe marker (dedupe.lua)
     <prefix>:{<name>}:park / :parked / :inflight / :pmeta / :tokens

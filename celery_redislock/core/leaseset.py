@@ -13,8 +13,7 @@ waiters are promoted each by its own limit, in arrival order.  So a
 ``RedisLock("x")`` and a ``FairSemaphore("x", 5)`` exclude each other as
 the lock requires, and lowering a name's limit (say from 5 to 2 while five
 hold) is safe at once: callers with the lower limit wait until fewer than 2
-hold; holders already in keep their slots.  Entries written by versions
-before this one carry no limit and count as limit 1 (see ``lua/common.lua``).
+hold; holders already in keep their slots.
 
 How waiting works: a blocking ``acquire`` that is not granted joins the queue
 in the same script call, then blocks on its own wake list (``BLPOP``).  A
@@ -38,9 +37,8 @@ A lease handed over after a long wait is renewed once on receipt (one
 request, only when the wait since the last request exceeded ttl/3), so a
 waiter that returns True from ``acquire()`` owns a full ttl from then on.
 
-Not guaranteed: the invariant across clients of an older version (they admit
-by their own limit only), and exclusion against a holder that stalled past
-its ttl (see :class:`~celery_redislock.RedisLock`).
+Not guaranteed: exclusion against a holder that stalled past its ttl (see
+:class:`~celery_redislock.RedisLock`).
 
 The class is split by concern: acquiring and waiting in
 :mod:`.leaseset_acquire`, release, hand-off and renewal in

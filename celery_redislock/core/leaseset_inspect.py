@@ -34,8 +34,7 @@ class Holder:
     expires_in: float  # seconds
     ttl: float
     meta: dict[str, Any]
-    #: the limit the holder acquired with (None: stored by an older version,
-    #: which Redis counts as 1)
+    #: the limit the holder acquired with (set on every holder read from Redis)
     limit: int | None = None
 
 
@@ -46,7 +45,7 @@ class Waiter:
     owner: str
     ttl: float
     meta: dict[str, Any]
-    #: the limit the waiter asks with (None: an older version's entry)
+    #: the limit the waiter asks with (set on every waiter read from Redis)
     limit: int | None = None
 
 
@@ -76,18 +75,17 @@ def parse_inspect(reply: Any) -> tuple[float, list[Holder], list[Waiter]]:
     return int(now_ms) / 1000, holders, waiters
 
 
-def _split_entry(entry: str, fields: int) -> tuple[list[str], int | None, str]:
-    """An info/qinfo entry as (its leading fields, limit or None, meta).
+def _split_entry(entry: str, fields: int) -> tuple[list[str], int, str]:
+    """An info/qinfo entry as (its leading fields, limit, meta).
 
-    ``fields`` numeric fields come first; then this version stores the limit
-    and older ones did not.  Meta is a JSON object (starts with "{") or
-    empty, so a purely numeric field after them is the limit.
+    Every entry is ``fields`` numeric fields, the limit, then the meta (which
+    may contain ":"), separated by ":" (see ``lua/common.lua``).  ValueError
+    if ``entry`` is not one (e.g. empty: the holder's info entry is missing).
     """
-    parts = entry.split(":", fields + 1)
-    if len(parts) == fields + 2 and parts[fields].isdigit():
-        return parts[:fields], int(parts[fields]), parts[fields + 1]
-    head = entry.split(":", fields)
-    return head[:fields], None, head[fields] if len(head) > fields else ""
+    *head, limit, meta = entry.split(":", fields + 1)
+    if len(head) != fields:
+        raise ValueError(f"not a lease-set entry with {fields} leading fields: {entry!r}")
+    return head, int(limit), meta
 
 
 def _parse_meta(raw: str) -> dict[str, Any]:

@@ -104,8 +104,8 @@ class LeaseSetRelease:
         return bool(RELEASE(self.client, self._script_keys, self._release_args(owner)))
 
     def _release_args(self, owner: str) -> list[Any]:
-        limit, _, wait_ms = self._constant_args
-        return [owner, limit, wait_ms]
+        wait_ms = self._constant_args[2]
+        return [owner, wait_ms]
 
     def _forget(self) -> None:
         lease, self._lease = self._lease, None

@@ -16,7 +16,7 @@ import redis
 
 from celery_redislock import FairSemaphore, RedisLock
 from celery_redislock.core.leaseset import LeaseSet, parse_inspect
-from celery_redislock.core.scripts import INSPECT
+from celery_redislock.core.scripts import ACQUIRE, INSPECT
 from tests.waiting import wait_for
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -149,23 +149,17 @@ def test_raised_limit_takes_effect_for_newcomers(redis_client: Any, prefix: str)
         s.release()
 
 
-def test_entries_of_an_older_version_count_as_limit_one(redis_client: Any, prefix: str) -> None:
-    """A holder stored without a limit (by a version before per-holder limits)
-    is read as limit 1: a new caller never joins it; inspection reads it."""
-    sem = FairSemaphore(redis_client, "old", 5, ttl=10, prefix=prefix)
-    keys = sem.keys
-    seconds, micros = redis_client.time()
-    now_ms = seconds * 1000 + micros // 1000
-    redis_client.zadd(keys.holders, {"old-holder": now_ms + 10_000})
-    redis_client.hset(keys.info, "old-holder", f"7:{now_ms}:10000:" + '{"host": "h"}')
-    redis_client.pexpire(keys.holders, 10_000)
-    redis_client.pexpire(keys.info, 10_000)
-    assert not sem.acquire()
-    _, holders, _ = parse_inspect(INSPECT(redis_client, sem._script_keys, []))
-    assert [(h.owner, h.token, h.limit, h.meta) for h in holders] == [
-        ("old-holder", 7, None, {"host": "h"})
-    ]
-    assert sem.release_owner("old-holder")
-    assert sem.acquire()
-    assert [h.limit for h in sem.holders()] == [5]
-    sem.release()
+def test_holders_and_waiters_read_back_the_limit_they_store(redis_client: Any, prefix: str) -> None:
+    """Every info and qinfo entry stores its limit; inspection reads it back."""
+    lock = RedisLock(redis_client, "stored", ttl=10, prefix=prefix)
+    assert lock.acquire()
+    sem = FairSemaphore(redis_client, "stored", 4, ttl=10, prefix=prefix)
+    limit, ttl_ms, wait_ms = sem._constant_args
+    args = ["sem-waiter", limit, ttl_ms, "{}", "1", wait_ms]
+    assert ACQUIRE(redis_client, sem._script_keys, args) < 0  # queued behind the lock
+    _, holders, waiters = parse_inspect(INSPECT(redis_client, sem._script_keys, []))
+    assert lock.lease is not None
+    assert [(h.owner, h.limit) for h in holders] == [(lock.lease.owner, 1)]
+    assert [(w.owner, w.limit) for w in waiters] == [("sem-waiter", 4)]
+    assert sem.release_owner("sem-waiter") is False  # it was only queued
+    lock.release()

@@ -161,26 +161,6 @@ def test_waiter_behind_a_short_lease_hand_off_is_nudged(redis_client: Any, prefi
     redis_client.delete(holder.keys.wake("gone"))
 
 
-def test_waiters_of_an_older_version_are_never_nudged(redis_client: Any, prefix: str) -> None:
-    """An older client would read a nudge as fencing token 0: its queue
-    entries (no limit field) never get one."""
-    holder = RedisLock(redis_client, "old-nudge", ttl=30, prefix=prefix)
-    assert holder.acquire()
-    _queue_raw(redis_client, holder, "short", 500)
-    keys = holder.keys
-    seconds, micros = redis_client.time()
-    now_ms = seconds * 1000 + micros // 1000
-    redis_client.zadd(keys.queue, {"old-waiter": seconds * 10**6 + micros})
-    redis_client.hset(keys.qinfo, "old-waiter", f"{now_ms + 5000}:30000:" + "{}")
-    holder.release()
-    assert [h.owner for h in holder.holders()] == ["short"]
-    assert [(w.owner, w.limit) for w in holder.waiters()] == [("old-waiter", None)]
-    assert redis_client.lrange(keys.wake("old-waiter"), 0, -1) == []
-    for owner in ("short", "old-waiter"):
-        holder.release_owner(owner)
-    redis_client.delete(keys.wake("short"))
-
-
 def _acquire_in_thread(lock: LeaseSet) -> tuple[threading.Thread, list[float]]:
     acquired: list[float] = []
 

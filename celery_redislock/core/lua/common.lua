@@ -33,11 +33,8 @@
 -- refuses an admission.  So the common case (one limit per name) reads one
 -- hash field and never recomputes.
 --
--- Entries written by older versions have no limit field
--- ("token:acquired_ms:ttl_ms:meta", "expiry_ms:ttl_ms:meta"; meta is a JSON
--- object, so it starts with "{" and cannot be mistaken for a limit).  They
--- count as limit 1: during a rolling upgrade a new caller never joins an old
--- holder of any limit, and a lock stays exclusive across versions.
+-- Every info and qinfo entry stores its limit (add_holder() below and
+-- acquire.lua write them; the park scripts add holders through add_holder()).
 --
 -- Waiters: a queue entry's expiry is the latest time the waiter promised to
 -- ask again plus a grace of half its wait lease (wait_lease(ttl) below); a
@@ -103,13 +100,11 @@ local function fit_holder_ttl()
   end
 end
 
--- The limit stored in a holder's info entry; 1 if none (older versions) or
--- if the entry is missing.
+-- The limit stored in a holder's info entry; 1 if the entry is missing (its
+-- info key was deleted: counted as a lock holder, which only delays others).
 local function entry_limit(info)
   if not info then return 1 end
-  local limit = string.match(info, '^%d+:%d+:%d+:(%d+):')
-  if limit then return tonumber(limit) end
-  return 1
+  return tonumber(string.match(info, '^%d+:%d+:%d+:(%d+):'))
 end
 
 -- Exact minimum of the current holders' limits, stored in LIMIT_FIELD.
@@ -138,7 +133,7 @@ local function admissible(state, limit)
   if state.n == 0 then return true end
   if state.bound == nil then
     state.bound = tonumber(redis.call('HGET', INFO, LIMIT_FIELD) or '0')
-    if state.bound == 0 then  -- missing (lost info, older version): compute it
+    if state.bound == 0 then  -- missing (the info key was deleted): compute it
       state.bound, state.exact = recompute_holders_limit(), true
     end
   end
@@ -169,13 +164,10 @@ local function wait_lease(ttl_ms, max_ms)
   return math.min(max_ms, math.max(ttl_ms, MIN_WAIT_LEASE_MS))
 end
 
--- A queue entry as expiry_ms, ttl_ms, limit (1 for older entries: they
--- carry none), meta, and whether it was written by this version.
+-- A queue entry as expiry_ms, ttl_ms, limit, meta.
 local function parse_qinfo(entry)
   local expiry, ttl_ms, limit, meta = string.match(entry, '^(%d+):(%d+):(%d+):(.*)$')
-  if expiry then return tonumber(expiry), tonumber(ttl_ms), tonumber(limit), meta, true end
-  expiry, ttl_ms, meta = string.match(entry, '^(%d+):(%d+):(.*)$')
-  return tonumber(expiry), tonumber(ttl_ms), 1, meta, false
+  return tonumber(expiry), tonumber(ttl_ms), tonumber(limit), meta
 end
 
 -- The first waiter in arrival order whose wait lease is still alive;
@@ -214,12 +206,11 @@ local function promote(state, wake_ms, asker)
   while true do
     local head, entry = live_head()
     if not head then return promoted, nil end
-    local expiry, ttl_ms, limit, meta, current = parse_qinfo(entry)
+    local expiry, ttl_ms, limit, meta = parse_qinfo(entry)
     if not admissible(state, limit) then
       -- It asks again by itself at expiry - wait_lease/2 (see acquire.lua).
-      -- Older waiters would take a nudge for a token: never nudge them.
       local first = earliest_expiry()
-      if promoted > 0 and current and first and head ~= asker
+      if promoted > 0 and first and head ~= asker
           and expiry - math.floor(wait_lease(ttl_ms, wake_ms) / 2) > first then
         redis.call('RPUSH', WAKE .. head, NUDGE)
         redis.call('PEXPIRE', WAKE .. head, wake_ms)

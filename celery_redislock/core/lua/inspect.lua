@@ -6,8 +6,9 @@
 -- Returns {now_ms, holders, waiters} where holders is a flat list
 -- {owner, expiry_ms, info, ...} of unexpired holders and waiters a flat list
 -- {owner, qinfo, ...} of live waiters in arrival order.  The info and qinfo
--- entries are returned as stored: with or without the limit field (see
--- common.lua; leaseset.parse_inspect reads both).
+-- entries are returned as stored (formats in common.lua; read by
+-- leaseset_inspect.parse_inspect); a holder whose info entry is missing (its
+-- info key was deleted) comes with an empty string.
 
 local HOLDERS, INFO, QUEUE, QINFO = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local t = redis.call('TIME')

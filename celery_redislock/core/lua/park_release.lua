@@ -5,7 +5,7 @@
 -- KEYS: the thirteen keys of park_common.lua (KEYS[12], KEYS[13] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] owner
--- ARGV[3] wake_ms      as release.lua's ARGV[3]
+-- ARGV[3] wake_ms      as release.lua's ARGV[2]
 -- ARGV[4] limit        the caller's limit, for the name's due time and as the
 --                      limit stored (0: the one last stored); each parked task
 --                      is admitted by its own limit

@@ -4,12 +4,11 @@
 -- release_owner() in common.lua.
 -- KEYS: the six keys of common.lua.
 -- ARGV[1] owner
--- ARGV[2] limit      unused (kept so that the argument list is unchanged)
--- ARGV[3] wake_ms    lifetime of a wake list this hand-off creates, and the
+-- ARGV[2] wake_ms    lifetime of a wake list this hand-off creates, and the
 --                    longest wait lease (max_wait_ms of acquire.lua)
 -- Returns 1 if `owner` held an unexpired slot (now released), else 0: the
 -- lease had expired or been taken, or `owner` was only queued.
 
 --- @include common.lua
 
-return release_owner(ARGV[1], tonumber(ARGV[3]))
+return release_owner(ARGV[1], tonumber(ARGV[2]))
