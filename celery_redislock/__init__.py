@@ -19,6 +19,7 @@ from .core.heartbeat import HEARTBEAT
 from .core.lease import Lease
 from .core.leaseset import Holder, Waiter
 from .core.lock import RedisLock
+from .core.rate import RateDecision, RateLimiter
 from .core.semaphore import FairSemaphore
 from .parking import PARKED, PROMOTED, ParkFull, ParkUnclaimed
 from .policies import SKIPPED
@@ -42,6 +43,8 @@ __all__ = [
     "NotReplicated",
     "ParkFull",
     "ParkUnclaimed",
+    "RateDecision",
+    "RateLimiter",
     "RedisLock",
     "SemaphoreTask",
     "StaleToken",

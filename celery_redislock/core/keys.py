@@ -10,6 +10,8 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:qinfo     HASH  waiting owner -> wait lease, ttl, limit, meta
     <prefix>:{<name>}:wake:<owner>  LIST  hand-off signal for one waiter
     <prefix>:{<name>}:enqueued  STR   lock_dedupe marker (dedupe.lua)
+    <prefix>:{<name>}:rate      STR   the rate's theoretical arrival time (rate_common.lua)
+    <prefix>:{<name>}:pause     STR   present while starts of the name are paused
     <prefix>:{<name>}:park / :parked / :inflight / :pmeta / :tokens
                                 the park of the name (ParkKeys, park_common.lua)
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
@@ -29,6 +31,7 @@ __all__ = [
     "LeaseKeys",
     "LiveKeys",
     "ParkKeys",
+    "RateKeys",
     "park_index",
     "park_total",
     "revoke_record",
@@ -148,6 +151,26 @@ class ParkKeys(LeaseKeys):
         keys = [*self.script_keys(), self.park, self.parked, self.inflight, self.pmeta,
                 self.tokens]  # fmt: skip
         return keys if cluster else [*keys, park_index(self.prefix), park_total(self.prefix)]
+
+
+@dataclass(frozen=True)
+class RateKeys:
+    """The keys of one name's rate limit (same hash tag as its lease set)."""
+
+    prefix: str
+    name: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.name}}}"
+
+    @property
+    def rate(self) -> str:
+        return f"{self.base}:rate"
+
+    @property
+    def pause(self) -> str:
+        return f"{self.base}:pause"
 
 
 def park_index(prefix: str) -> str:

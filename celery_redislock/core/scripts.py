@@ -35,6 +35,8 @@ __all__ = [
     "PARK_INSPECT",
     "PARK_PROMOTE",
     "PARK_RELEASE",
+    "RATE_ACQUIRE",
+    "RATE_PAUSE",
     "REFRESH",
     "REFRESH_PREFIX",
     "RELEASE",
@@ -124,6 +126,8 @@ PARK_RELEASE = _script("park_release.lua")
 PARK_DROP = _script("park_drop.lua")
 PARK_INSPECT = _script("park_inspect.lua")
 PARK_DUE = _script("park_due.lua")
+RATE_ACQUIRE = _script("rate_acquire.lua")
+RATE_PAUSE = _script("rate_pause.lua")
 LIVE_REGISTER = _script("live_register.lua")
 LIVE_FORGET = _script("live_forget.lua")
 LIVE_LIST = _script("live_list.lua")

@@ -1,0 +1,16 @@
+-- rate_acquire.lua: one start of a rate-limited name, if its rate admits it.
+-- KEYS[1] rate    STRING  the name's TAT (see rate_common.lua)
+-- KEYS[2] pause   STRING  the name's pause
+-- ARGV[1] interval_us  period / count, in microseconds (may be fractional)
+-- ARGV[2] burst        how many units may start back to back (>= 1)
+-- ARGV[3] cost         units this start takes (1 <= cost <= burst)
+-- ARGV[4] take         "1": take the units when admitted; "0": only tell
+-- Returns {1, 0} when admitted, else {0, wait_us}: microseconds until a start
+-- of this cost would be admitted (a pause counts).
+
+--- @include rate_common.lua
+
+local ok, wait = gcra(KEYS[1], KEYS[2], now_us(), tonumber(ARGV[1]), tonumber(ARGV[2]),
+  tonumber(ARGV[3]), ARGV[4] == '1')
+if ok then return {1, 0} end
+return {0, wait}

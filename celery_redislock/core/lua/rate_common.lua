@@ -1,0 +1,42 @@
+-- rate_common.lua: GCRA (the generic cell rate algorithm) over one key per
+-- name, and the name's pause; included by the scripts that admit starts.
+-- Keys it reads (the includer passes them, same hash tag as the name):
+--   the rate key   STRING  the theoretical arrival time (TAT), Redis time in
+--                          microseconds; expires when the bucket is full again
+--   the pause key  STRING  present while starts of the name are paused; its
+--                          PTTL is the pause left
+-- A start of cost c is admitted at time `now` when
+--   max(TAT, now) + c * interval - burst * interval <= now
+-- (interval: period / count), and then TAT becomes max(TAT, now) + c * interval.
+-- So at most `burst` start back to back, and over any window of length w at
+-- most burst + w / interval units start.  All times are Redis TIME.
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The pause left on `pause_key`, in microseconds (0: not paused).
+local function pause_left_us(pause_key)
+  local ms = redis.call('PTTL', pause_key)
+  if ms > 0 then return ms * 1000 end
+  return 0
+end
+
+-- Whether a start of `cost` conforms at `now`; if it does and `take` is
+-- true, it is taken.  Returns admitted (true/false) and, when not admitted,
+-- the microseconds until it would be (the pause included).
+local function gcra(rate_key, pause_key, now, interval, burst, cost, take)
+  local paused = pause_left_us(pause_key)
+  local tat = tonumber(redis.call('GET', rate_key) or '0')
+  if tat < now then tat = now end
+  local new_tat = tat + interval * cost
+  local wait = new_tat - interval * burst - now
+  if paused > wait then wait = paused end
+  if wait > 0 then return false, math.ceil(wait) end
+  if take then
+    redis.call('SET', rate_key, string.format('%.0f', new_tat),
+      'PX', math.ceil((new_tat - now) / 1000) + 1)
+  end
+  return true, 0
+end

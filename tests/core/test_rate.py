@@ -1,0 +1,146 @@
+"""RateLimiter (GCRA) against a real Redis: the bound over any window, bursts,
+costs, pauses, refusals that take nothing, and precise errors for bad input."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+from celery_redislock import RateLimiter
+from celery_redislock.core.rate import Rate, parse_rate
+from tests.waiting import wait_for
+
+
+def redis_now(client: Any) -> float:
+    seconds, micros = client.time()
+    return float(seconds) + micros / 1_000_000
+
+
+@pytest.fixture
+def name() -> str:
+    return f"rate-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.mark.parametrize(
+    ("value", "per_second"),
+    [("10/s", 10), ("100/m", 100 / 60), ("1000/h", 1000 / 3600), ("5/d", 5 / 86400),
+     (20, 20), (0.5, 0.5), ("20", 20), (" 3 / s ", 3), (Rate(2, 1), 2)],
+)  # fmt: skip
+def test_rates_in_celery_notation_and_numbers(value: object, per_second: float) -> None:
+    assert parse_rate(value).per_second == pytest.approx(per_second)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [("fast", ValueError, "must look like"), (0, ValueError, "positive"),
+     ("0/s", ValueError, "positive"), (-5, ValueError, "positive"),
+     (float("inf"), ValueError, "finite"), ("10/w", ValueError, "must look like"),
+     (True, TypeError, "rate must be"), (None, TypeError, "rate must be"),
+     ([10], TypeError, "rate must be")],
+)  # fmt: skip
+def test_bad_rates_are_one_precise_error(value: object, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        parse_rate(value)
+
+
+def test_bad_burst_and_cost_are_refused_at_the_call(redis_client: Any, prefix: str) -> None:
+    with pytest.raises(ValueError, match="burst must be an int >= 1"):
+        RateLimiter(redis_client, "x", rate="1/s", burst=0, prefix=prefix)
+    with pytest.raises(TypeError, match="burst"):
+        RateLimiter(redis_client, "x", rate="1/s", burst=1.5, prefix=prefix)  # type: ignore[arg-type]
+    limiter = RateLimiter(redis_client, "x", rate="1/s", burst=3, prefix=prefix)
+    with pytest.raises(ValueError, match="cost 4 is above the burst 3"):
+        limiter.try_acquire(4)
+    with pytest.raises(ValueError, match="cost must be an int >= 1"):
+        limiter.try_acquire(0)
+    with pytest.raises(TypeError, match="cost"):
+        limiter.acquire(True)
+    with pytest.raises(ValueError, match="cost 9 is above"):
+        limiter.acquire(9, blocking_timeout=1)
+    assert redis_client.exists(limiter.keys.rate) == 0  # nothing was taken
+
+
+def test_a_burst_starts_back_to_back_then_the_rate_spaces_them(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    limiter = RateLimiter(redis_client, name, rate="10/s", burst=3, prefix=prefix)
+    assert [bool(limiter.try_acquire()) for _ in range(3)] == [True] * 3
+    refused = limiter.try_acquire()
+    assert not refused
+    assert 0 < refused.retry_after <= 0.1 + 1e-6
+    # A refusal takes nothing: after the time it named, the same call is admitted.
+    wait_for(lambda: bool(limiter.try_acquire()), 5, message="admitted after retry_after")
+
+
+def test_a_cost_takes_that_many_units(redis_client: Any, prefix: str, name: str) -> None:
+    limiter = RateLimiter(redis_client, name, rate="1/m", burst=5, prefix=prefix)
+    assert limiter.try_acquire(3)
+    assert not limiter.try_acquire(3)  # two units left
+    assert limiter.peek(2) and limiter.peek(2)  # peeking takes nothing
+    assert limiter.try_acquire(2)
+    refused = limiter.try_acquire(1)
+    assert not refused and 59 < refused.retry_after <= 60
+
+
+def test_no_window_ever_admits_more_than_the_burst_plus_the_rate(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    """Four clients hammer one name for about a second: the units admitted
+    between two Redis times never exceed burst + elapsed * rate."""
+    rate, burst = 50.0, 4
+    admitted: list[int] = []
+    start = redis_now(redis_client)
+
+    def client() -> None:
+        limiter = RateLimiter(redis_client, name, rate=rate, burst=burst, prefix=prefix)
+        count = 0
+        while redis_now(redis_client) - start < 1.0:
+            count += bool(limiter.try_acquire())
+        admitted.append(count)
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    elapsed = redis_now(redis_client) - start
+    assert len(admitted) == 4
+    assert sum(admitted) <= burst + elapsed * rate
+    assert sum(admitted) >= burst + 1  # the rate did admit, not only the burst
+
+
+def test_blocking_acquire_waits_for_its_turn_or_gives_up(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    slow = RateLimiter(redis_client, name, rate="1/m", prefix=prefix)
+    assert slow.acquire()
+    assert slow.acquire(blocking_timeout=0.2) is False  # 60 s away: gives up at once
+    fast = RateLimiter(redis_client, f"{name}-fast", rate="20/s", prefix=prefix)
+    assert all(fast.acquire(blocking_timeout=5) for _ in range(5))
+
+
+def test_a_pause_holds_every_start_and_only_lengthens(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    limiter = RateLimiter(redis_client, name, rate="100/s", burst=10, prefix=prefix)
+    assert limiter.pause(30) == pytest.approx(30, abs=0.01)
+    assert limiter.pause(1) > 29  # a shorter pause leaves the longer one
+    refused = RateLimiter(redis_client, name, rate="100/s", burst=10, prefix=prefix).try_acquire()
+    assert not refused and refused.retry_after > 29
+    assert limiter.paused_for() > 29
+    limiter.resume()
+    assert limiter.paused_for() == 0
+    assert limiter.try_acquire()
+    with pytest.raises(ValueError, match="pause must be a positive"):
+        limiter.pause(0)
+
+
+def test_an_idle_name_leaves_no_key(redis_client: Any, prefix: str, name: str) -> None:
+    limiter = RateLimiter(redis_client, name, rate="20/s", burst=2, prefix=prefix)
+    assert limiter.try_acquire() and limiter.try_acquire()
+    assert f"{{{name}}}" in limiter.keys.rate  # one cluster slot per name
+    assert 0 < redis_client.pttl(limiter.keys.rate) <= 101
+    wait_for(lambda: redis_client.exists(limiter.keys.rate) == 0, 5, message="key expired")
