@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_redislock import HEARTBEAT, FairSemaphore, LockLost, NotReplicated, RedisLock
+from celery_redislock import HEARTBEAT, FairSemaphore, LockLost, NotReplicated, RedisLock, settings
 from celery_redislock.core.acl import acl_rules
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.core.heartbeat import refresh_leases
@@ -326,6 +326,7 @@ def test_park_on_a_cluster_with_a_real_worker(
     wait_for(lambda: all(client.zscore(index, n) is None for n in names[:3]), 30,
              message="index emptied")  # fmt: skip
     app.conf.redislock_park_max_total = 10
+    settings.reset()  # settings are parsed once per app and process: read them again
     with pytest.raises(ValueError, match="single Redis server"):
         for n in range(3):
             task.delay(keys[3], n)
