@@ -23,7 +23,7 @@ from .core.rate import RateDecision, RateLimiter
 from .core.semaphore import FairSemaphore
 from .parking import PARKED, PROMOTED, ParkFull, ParkUnclaimed
 from .policies import SKIPPED
-from .task import LockedTask, SemaphoreTask
+from .task import LockedTask, RateLimitedTask, SemaphoreTask
 
 __all__ = [
     "HEARTBEAT",
@@ -44,6 +44,7 @@ __all__ = [
     "ParkFull",
     "ParkUnclaimed",
     "RateDecision",
+    "RateLimitedTask",
     "RateLimiter",
     "RedisLock",
     "SemaphoreTask",

@@ -42,6 +42,9 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
                                    or task.lock_policy)]  # fmt: skip
     ttl, wait_timeout = options.run_options(request, task.lock_wait_timeout)
     limit = task.redislock_limit(args, kwargs)  # per run, before any Redis call
+    rate = task.redislock_rate(args, kwargs)
+    if rate.rate is not None and policy.name == "wait":
+        raise ValueError(f"task {task.name}: lock_policy 'wait' does not combine with rate")
     try:
         lease_set: LeaseSet = task.redislock_leaseset(
             name, ttl=ttl, limit=limit, owner_prefix=execution_prefix(request.id, os.getpid()),
@@ -50,7 +53,7 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
         ctx = Context(
             phase="run", task=task, name=name, task_id=str(request.id), args=args,
             kwargs=kwargs, limit=limit, request=request, lease_set=lease_set,
-            wait_timeout=wait_timeout,
+            wait_timeout=wait_timeout, rate=rate,
         )  # fmt: skip
         request.redislock_policy = policy
         defer_to_earlier_delivery(ctx)

@@ -39,6 +39,8 @@ def apply_async(
     name = task.redislock_name(args, kwargs)
     headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
     policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or task.lock_policy)]
+    if policy.name == "wait" and type(task)._redislock_rate is not None:
+        raise ValueError(f"task {task.name}: lock_policy 'wait' does not combine with rate")
     task_id, claimed, holder = dedupe.before_publish(task, name, task_id or uuid(), headers, call)
     if holder is not None:
         return task.AsyncResult(holder)

@@ -1,9 +1,11 @@
-"""Slot limits of a :class:`~celery_redislock.SemaphoreTask`: a number, or a callable per call.
+"""Task options that are a value or a callable of the call's arguments.
 
-``semaphore_limit`` is either an ``int >= 1`` or a callable of the task's
+``semaphore_limit`` (an ``int >= 1``), ``rate`` (a rate) and ``rate_cost``
+(an ``int >= 1``) are each either a value or a callable of the task's
 arguments, evaluated for every run (and by the clean-up of a dead run)::
 
     semaphore_limit=lambda account_id, **_: plan_limit(account_id)
+    rate=lambda account_id, **_: "100/m" if is_free(account_id) else "1000/m"
 
 How the callable is called: the call's arguments are bound to the task's
 signature with defaults applied, and passed **by keyword**: each parameter
@@ -27,9 +29,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["SlotLimit", "check_limit_value"]
+__all__ = ["PerCall", "check_limit_value"]
+
+T = TypeVar("T")
 
 
 def check_limit_value(value: object, what: str) -> int:
@@ -41,30 +45,36 @@ def check_limit_value(value: object, what: str) -> int:
     return int(value)
 
 
-class SlotLimit:
-    """The ``semaphore_limit`` of one task: a fixed number or a callable of its arguments.
+class PerCall(Generic[T]):
+    """One option of one task (``option``, its name in messages): a fixed value
+    or a callable of the task's arguments, each value passed through
+    ``check(value, what)``, which returns it checked or raises.
 
     ``signature`` is the signature of the task's ``run`` as callers see it
     (without ``self``); ``task`` names the task in error messages.
     """
 
-    def __init__(self, spec: object, signature: inspect.Signature, task: str) -> None:
+    def __init__(
+        self, spec: object, signature: inspect.Signature, task: str, option: str,
+        check: Callable[[object, str], T],
+    ) -> None:  # fmt: skip
         self.task = task
         self.signature = signature
-        self.fixed: int | None = None
+        self.option = option
+        self.check = check
+        self.fixed: T | None = None
         self._function: Callable[..., Any] | None = None
         self._names: tuple[str, ...] = ()
         self._takes_all = False
         if not callable(spec):
-            self.fixed = check_limit_value(spec, f"task {task}: semaphore_limit")
+            self.fixed = check(spec, f"task {task}: {option}")
             return
         self._function = spec
         try:
             own = inspect.signature(spec)
         except (TypeError, ValueError) as exc:
             raise TypeError(
-                f"task {task}: cannot read the signature of the semaphore_limit callable "
-                f"{spec!r}: {exc}"
+                f"task {task}: cannot read the signature of the {option} callable {spec!r}: {exc}"
             ) from exc
         task_params = {
             name: p
@@ -79,12 +89,12 @@ class SlotLimit:
                 continue
             elif param.kind is param.POSITIONAL_ONLY:
                 raise TypeError(
-                    f"task {task}: the semaphore_limit callable's parameter {name!r} is "
+                    f"task {task}: the {option} callable's parameter {name!r} is "
                     "positional-only; it is called with the task's arguments by keyword"
                 )
             elif name not in task_params:
                 raise ValueError(
-                    f"task {task}: the semaphore_limit callable's parameter {name!r} is not a "
+                    f"task {task}: the {option} callable's parameter {name!r} is not a "
                     f"parameter of the task (parameters: {', '.join(task_params) or 'none'})"
                 )
             else:
@@ -95,17 +105,17 @@ class SlotLimit:
     def is_callable(self) -> bool:
         return self._function is not None
 
-    def for_call(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> int:
-        """The limit of a call; without its arguments, only a fixed limit has one."""
+    def for_call(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> T:
+        """The value of a call; without its arguments, only a fixed value has one."""
         if self.is_callable and args is None and kwargs is None:
             raise TypeError(
-                f"task {self.task}: semaphore_limit is a callable of the task's arguments; "
+                f"task {self.task}: {self.option} is a callable of the task's arguments; "
                 "give the call's args/kwargs (or limit=)"
             )
         return self(args or (), kwargs or {})
 
-    def __call__(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
-        """The limit for a call with these arguments (validated)."""
+    def __call__(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> T:
+        """The value for a call with these arguments (checked)."""
         if self._function is None:
             assert self.fixed is not None
             return self.fixed
@@ -113,7 +123,7 @@ class SlotLimit:
             bound = self.signature.bind(*tuple(args or ()), **dict(kwargs or {}))
         except TypeError as exc:
             raise TypeError(
-                f"task {self.task}: cannot evaluate semaphore_limit: arguments {args!r} "
+                f"task {self.task}: cannot evaluate {self.option}: arguments {args!r} "
                 f"{kwargs!r} do not bind to the task's signature {self.signature}: {exc}"
             ) from exc
         bound.apply_defaults()
@@ -129,4 +139,4 @@ class SlotLimit:
                 given[name] = value
         shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
         value = self._function(**given)
-        return check_limit_value(value, f"task {self.task}: semaphore_limit({shown})")
+        return self.check(value, f"task {self.task}: {self.option}({shown})")

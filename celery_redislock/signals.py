@@ -32,6 +32,12 @@ exception in a receiver is logged, never raised into the task.
                    ``kind``, ``reason`` (``"expired"``, ``"revoked"``,
                    ``"discarded"``, ``"unclaimed"``).  ``sender`` is None
                    where the task is not registered
+``lock_rate_limited`` a task's start was held back by its key's rate (or a
+                   pause): parked until it is due (policy ``park``), or
+                   refused by another policy.  kwargs: ``task_id``,
+                   ``name``, ``kind``, ``retry_after`` (seconds until the
+                   rate admits it), ``where`` (``"enqueue"``, ``"arrive"``,
+                   ``"run"``)
 =================  ===========================================================
 """
 
@@ -45,6 +51,7 @@ __all__ = [
     "lock_dropped",
     "lock_lost",
     "lock_parked",
+    "lock_rate_limited",
     "lock_released",
 ]
 
@@ -66,4 +73,8 @@ lock_parked = Signal(
 )
 lock_dropped = Signal(
     name="redislock_dropped", providing_args={"task_id", "name", "kind", "reason"}
+)
+lock_rate_limited = Signal(
+    name="redislock_rate_limited",
+    providing_args={"task_id", "name", "kind", "retry_after", "where"},
 )

@@ -52,15 +52,19 @@ from celery.exceptions import Retry
 
 from . import admission, dedupe, enqueue, options
 from .core.leaseset import LeaseSet
+from .core.rate import NO_RATE, Rate, RateTerms, check_burst, check_cost, parse_rate
 from .diagnose import FailedClosed
 from .leases import lease_set_for
-from .limits import SlotLimit
+from .limits import PerCall, check_limit_value
 from .naming import KeyBuilder, keys_of_task_class
 from .parking import StillPending
 from .policies import check_policy
 from .release import release_after_run, release_dead_child
 
-__all__ = ["GuardedTask", "LockedTask", "SemaphoreTask"]
+__all__ = ["GuardedTask", "LockedTask", "RateLimitedTask", "SemaphoreTask"]
+
+#: the slot limit of a RateLimitedTask: a rate, no cap
+UNCAPPED = 1_000_000
 
 
 class GuardedTask(Task):  # type: ignore[misc]
@@ -83,11 +87,21 @@ class GuardedTask(Task):  # type: ignore[misc]
     #: claim a marker in ``apply_async`` so a second message for a key is not published
     lock_dedupe: bool = False
     lock_dedupe_ttl: float = 600.0
+    #: starts per period per key, by every worker and producer together:
+    #: ``"20/s"``, ``"100/m"``, ``"1000/h"``, a number per second, or a callable
+    #: of the task's arguments returning one; None: no rate (docs/rate.md)
+    rate: Any = None
+    #: how many may start back to back (1: evenly spaced)
+    rate_burst: int = 1
+    #: units one start takes: an int in 1..rate_burst, or a callable of the arguments
+    rate_cost: Any = 1
 
     _redislock_kind: ClassVar[str] = ""
     _redislock_key_option: ClassVar[str] = ""
     _redislock_keys: ClassVar[KeyBuilder | None] = None
-    _redislock_slots: ClassVar[SlotLimit | None] = None
+    _redislock_slots: ClassVar[PerCall[int] | None] = None
+    _redislock_rate: ClassVar[PerCall[Rate] | None] = None
+    _redislock_cost: ClassVar[PerCall[int] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -96,11 +110,14 @@ class GuardedTask(Task):  # type: ignore[misc]
             library = next((k for k in cls.__mro__ if k in _LIBRARY_CLASSES), GuardedTask)
             options.refuse_unknown(cls, library, _LIBRARY_CLASSES)
             cls._redislock_keys = keys
-            cls._redislock_slots = SlotLimit(
-                cls._redislock_limit_option(), keys.signature, getattr(cls, "name", cls.__name__)
-            )
+            task = getattr(cls, "name", cls.__name__)
+            cls._redislock_slots = PerCall(
+                cls._redislock_limit_option(), keys.signature, task, "semaphore_limit",
+                check_limit_value,
+            )  # fmt: skip
             check_policy(cls.lock_policy)
             options.validate(cls)
+            cls._redislock_rate, cls._redislock_cost = _rate_options(cls, keys, task)
 
     @classmethod
     def _redislock_ttl_option(cls) -> float | None:
@@ -119,6 +136,17 @@ class GuardedTask(Task):  # type: ignore[misc]
         """
         slots = type(self)._redislock_slots
         return 1 if slots is None else slots.for_call(args, kwargs)
+
+    def redislock_rate(
+        self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None
+    ) -> RateTerms:
+        """What a call with these arguments asks of its key's rate (``NO_RATE``
+        without ``rate``); a callable ``rate`` / ``rate_cost`` is evaluated now."""
+        cls = type(self)
+        if cls._redislock_rate is None or cls._redislock_cost is None:
+            return NO_RATE
+        rate = cls._redislock_rate.for_call(args, kwargs)
+        return RateTerms(rate, self.rate_burst, cls._redislock_cost.for_call(args, kwargs))
 
     def redislock_name(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> str:
         """The lock name a call with these arguments uses."""
@@ -227,6 +255,29 @@ class GuardedTask(Task):  # type: ignore[misc]
         return release_dead_child(self, task_id, pid, args, kwargs, headers, reason)
 
 
+def _rate_options(
+    cls: type[GuardedTask], keys: KeyBuilder, task: str
+) -> tuple[PerCall[Rate] | None, PerCall[int] | None]:
+    """The checked ``rate`` and ``rate_cost`` of a task class (None, None: no rate)."""
+    burst = check_burst(cls.rate_burst, f"task {task}: rate_burst")
+    if cls.rate is None:
+        if cls._redislock_kind == "rate":
+            raise TypeError(f'task {task}: RateLimitedTask needs rate= (e.g. rate="20/s")')
+        return None, None
+    if cls.lock_policy == "wait":
+        raise ValueError(
+            f"task {task}: lock_policy='wait' does not combine with rate (a waiter holds "
+            "its place in the slot queue, not in time); use 'park' (the default of "
+            "SemaphoreTask and RateLimitedTask), 'retry', 'skip' or 'raise'"
+        )
+    rate = PerCall(cls.rate, keys.signature, task, "rate", parse_rate)
+    cost = PerCall(
+        cls.rate_cost, keys.signature, task, "rate_cost",
+        lambda value, what: check_cost(value, burst, what),
+    )  # fmt: skip
+    return rate, cost
+
+
 def _run_unlocked(task: GuardedTask, args: Any, kwargs: Any) -> Any:
     """A plain function call: no lock, and ``self.request.redislock`` is None."""
     _task_stack.push(task)
@@ -279,4 +330,25 @@ class SemaphoreTask(GuardedTask):
         return cls.semaphore_limit
 
 
-_LIBRARY_CLASSES: tuple[type, ...] = (LockedTask, SemaphoreTask)
+class RateLimitedTask(GuardedTask):
+    """Runs the body once its key's rate admits the start: at most ``rate``
+    starts per period per ``rate_key``, by every worker and producer
+    together, without a concurrency cap (combine ``rate`` with a
+    :class:`SemaphoreTask` for both).
+
+    Default contention policy: ``park`` (an over-rate task waits in Redis
+    until its time, docs/rate.md).  ``rate`` and ``rate_cost`` may be
+    callables of the task's arguments, as ``semaphore_limit`` can.
+    """
+
+    rate_key: Any = None
+    lock_policy = "park"
+    _redislock_kind = "rate"
+    _redislock_key_option = "rate_key"
+
+    @classmethod
+    def _redislock_limit_option(cls) -> object:
+        return UNCAPPED
+
+
+_LIBRARY_CLASSES: tuple[type, ...] = (LockedTask, SemaphoreTask, RateLimitedTask)

@@ -23,14 +23,14 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 __all__ = ["CLIENT_COMMANDS", "CLUSTER_COMMANDS", "SCRIPT_COMMANDS", "acl_rules", "explain"]
 
-CLIENT_COMMANDS = ("evalsha", "eval", "script|load", "blpop", "ping", "wait")
+CLIENT_COMMANDS = ("evalsha", "eval", "script|load", "blpop", "ping", "wait", "subscribe")
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 SCRIPT_COMMANDS = (
     "time", "get", "set", "del", "exists", "pttl", "pexpire", "rpush",
     "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore", "zremrangebyscore",
     "zremrangebyrank",
     "hget", "hmget", "hset", "hdel", "hexists", "hgetall", "hincrby", "hvals",
-    "incr", "decr",
+    "incr", "decr", "publish",
 )  # fmt: skip
 
 # Redis 7 / Valkey: "... can't run this command or subcommand script: ..., on @user_script:175.";
@@ -47,7 +47,10 @@ _CALL = re.compile(r"redis\.call\('(\w+)'")
 def acl_rules(prefix: str = "redislock", cluster: bool = False) -> list[str]:
     """The ``ACL SETUSER`` rules (after the user name) that celery-redislock needs."""
     commands = (*CLIENT_COMMANDS, *SCRIPT_COMMANDS, *(CLUSTER_COMMANDS if cluster else ()))
-    return ["resetkeys", f"~{prefix}:*", "-@all", *(f"+{command}" for command in commands)]
+    return [
+        "resetkeys", f"~{prefix}:*", "resetchannels", f"&{prefix}:*", "-@all",
+        *(f"+{command}" for command in commands),
+    ]  # fmt: skip
 
 
 def explain(exc: ResponseError, script_name: str, source: str, keys: list[str]) -> Exception | None:

@@ -16,6 +16,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
                                 the park of the name (ParkKeys, park_common.lua)
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
     <prefix>:{park:index}:total STR   tasks parked over all names
+    <prefix>:{park:index}:wake  channel: a name's time became the earliest
     <prefix>:park-revoked:<task id>  STR  revoke record of a parked task
     <prefix>:{live:<space>} and :<process>  statements of worker processes
                                 (liveness.py, live_*.lua)
@@ -34,6 +35,7 @@ __all__ = [
     "RateKeys",
     "park_index",
     "park_total",
+    "park_wake_channel",
     "revoke_record",
     "validate_name",
     "validate_prefix",
@@ -148,8 +150,9 @@ class ParkKeys(LeaseKeys):
     def park_script_keys(self, cluster: bool) -> list[str]:
         """KEYS of the park scripts, in the order park_common.lua documents (the
         index and the total are in another slot, so left out on a cluster)."""
+        rate = RateKeys(self.prefix, self.name)
         keys = [*self.script_keys(), self.park, self.parked, self.inflight, self.pmeta,
-                self.tokens]  # fmt: skip
+                self.tokens, rate.rate, rate.pause]  # fmt: skip
         return keys if cluster else [*keys, park_index(self.prefix), park_total(self.prefix)]
 
 
@@ -176,6 +179,12 @@ class RateKeys:
 def park_index(prefix: str) -> str:
     """The index of names with parked or in-flight work (its own slot on a cluster)."""
     return f"{prefix}:{{park:index}}"
+
+
+def park_wake_channel(prefix: str) -> str:
+    """The channel a park script publishes on when a name's time becomes the
+    index's earliest (sweepers listen, so they can sleep until then)."""
+    return f"{park_index(prefix)}:wake"
 
 
 def park_total(prefix: str) -> str:

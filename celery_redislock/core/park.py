@@ -36,6 +36,7 @@ from typing import Any
 from .heartbeat import is_cluster
 from .keys import ParkKeys, park_index, revoke_record
 from .leaseset import WAIT_LEASE
+from .rate import NO_RATE, RateTerms
 from .scripts import (
     PARK_CLAIM,
     PARK_DROP,
@@ -85,11 +86,14 @@ class Verdict(enum.Enum):
 
     HELD = "held"  #: the slot is the caller's lease (``token``: fencing token)
     RESERVED = "reserved"  #: a slot is reserved; publish with ``token``
-    PARKED = "parked"  #: stored in the park (``count``: parked now; 0 at claim)
+    PARKED = "parked"  #: stored in the park (``count``: parked now; 0 at claim;
+    #: ``wait`` > 0: a slot was free, its rate or a pause admits it in ``wait`` s)
     DUPLICATE = "dup"  #: already parked or in flight (``reason``: which)
     BOUNDED = "bounded"  #: the name's park is full (``count``); nothing stored
     BOUNDED_TOTAL = "bounded_total"  #: all names together are (``count``)
     DROP = "drop"  #: a copy that must not run (``reason``: stale / claimed / unknown)
+    FULL = "full"  #: :meth:`Parking.try_hold` only: no slot free
+    RATE = "rate"  #: :meth:`Parking.try_hold` only: the rate admits it in ``wait`` seconds
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class Admission:
     token: int = 0
     count: int = 0
     reason: str = ""
+    wait: float = 0.0
 
     @classmethod
     def of(cls, reply: Sequence[Any]) -> Admission:
@@ -106,6 +111,10 @@ class Admission:
             return cls(verdict, token=int(value))
         if verdict in (Verdict.DUPLICATE, Verdict.DROP):
             return cls(verdict, reason=text(value))
+        if verdict is Verdict.RATE:
+            return cls(verdict, wait=int(value) / 1000)
+        if verdict is Verdict.PARKED and len(reply) == 4:  # park_enqueue: the rate's wait too
+            return cls(verdict, count=int(value), wait=int(reply[2]) / 1000)
         return cls(verdict, count=int(value))
 
 
@@ -193,26 +202,37 @@ class Parking:
 
     def enqueue(
         self, task_id: str, limit: int, envelope: str, expires_in: float, config: ParkConfig,
-        task_name: str = "",
+        task_name: str = "", rate: RateTerms = NO_RATE,
     ) -> Admission:  # fmt: skip
-        """At publish: RESERVED (publish with the token), PARKED, DUPLICATE or
-        BOUNDED / BOUNDED_TOTAL (nothing stored)."""
+        """At publish: RESERVED (publish with the token; the slot and the rate's
+        units are taken), PARKED (no slot, or the rate or a pause does not
+        admit it now), DUPLICATE or BOUNDED / BOUNDED_TOTAL (nothing stored)."""
         return self._admit("enqueue", task_id, limit, envelope, expires_in, config,
-                           task_name=task_name)  # fmt: skip
+                           task_name=task_name, rate=rate)  # fmt: skip
 
     def arrive(
         self, task_id: str, limit: int, envelope: str, expires_in: float, config: ParkConfig,
-        owner: str, ttl: float, meta: str, task_name: str = "",
+        owner: str, ttl: float, meta: str, task_name: str = "", rate: RateTerms = NO_RATE,
     ) -> Admission:  # fmt: skip
         """A message without a reservation reached a worker: HELD (``owner``
         holds the slot for ``ttl``), PARKED, DUPLICATE or BOUNDED*."""
         return self._admit("arrive", task_id, limit, envelope, expires_in, config,
-                           owner, ttl, meta, task_name)  # fmt: skip
+                           owner, ttl, meta, task_name, rate)  # fmt: skip
+
+    def try_hold(
+        self, task_id: str, limit: int, owner: str, ttl: float, meta: str, task_name: str,
+        rate: RateTerms,
+    ) -> Admission:  # fmt: skip
+        """A run of a policy that does not park: HELD (the slot and the rate's
+        units, together), FULL (no slot) or RATE (admitted in ``wait`` seconds);
+        nothing is taken unless HELD."""
+        return self._admit("try", task_id, limit, "", 0.0, ParkConfig(), owner, ttl, meta,
+                           task_name, rate)  # fmt: skip
 
     def _admit(
         self, mode: str, task_id: str, limit: int, envelope: str, expires_in: float,
         config: ParkConfig, owner: str = "", ttl: float = 0.0, meta: str = "",
-        task_name: str = "",
+        task_name: str = "", rate: RateTerms = NO_RATE,
     ) -> Admission:  # fmt: skip
         if config.max_total and self.cluster:
             raise ValueError(
@@ -223,7 +243,7 @@ class Parking:
             PARK_ENQUEUE,
             [mode, task_id, limit, envelope, _ms(expires_in) if expires_in > 0 else 0,
              _ms(config.deadline), config.max_parked, owner, _ms(ttl) if ttl else 0, meta,
-             config.max_total, _field(task_name)],
+             config.max_total, _field(task_name), *rate.script_args()],
         )  # fmt: skip
         return Admission.of(reply)
 
@@ -295,9 +315,15 @@ class Parking:
         return bool(self.client.exists(revoke_record(self.prefix, task_id)))
 
 
-def due_names(client: Any, prefix: str, count: int = 1000) -> list[str]:
-    """Names of the index with a promotion due now (``park_due.lua``)."""
-    return [text(raw) for raw in PARK_DUE(client, [park_index(prefix)], [count])]
+def due_names(
+    client: Any, prefix: str, count: int = 1000, hold: float = 1.0
+) -> tuple[list[str], float | None]:
+    """Names of the index due now (``park_due.lua``), each held from other
+    sweepers for ``hold`` seconds unless its promotion re-scores it first,
+    and the seconds until the index's earliest time after that (None: empty)."""
+    reply = PARK_DUE(client, [park_index(prefix)], [count, _ms(hold)])
+    next_ms = int(reply[0])
+    return [text(raw) for raw in reply[1:]], None if next_ms < 0 else next_ms / 1000
 
 
 def indexed_names(client: Any, prefix: str) -> list[str]:

@@ -43,7 +43,16 @@ from .keys import DEFAULT_PREFIX, RateKeys, validate_name, validate_prefix
 from .scripts import RATE_ACQUIRE, RATE_PAUSE
 from .validation import check_timeout
 
-__all__ = ["Rate", "RateDecision", "RateLimiter", "check_burst", "check_cost", "parse_rate"]
+__all__ = [
+    "NO_RATE",
+    "Rate",
+    "RateDecision",
+    "RateLimiter",
+    "RateTerms",
+    "check_burst",
+    "check_cost",
+    "parse_rate",
+]
 
 _PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _NOTATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smhd])\s*$")
@@ -68,6 +77,25 @@ class Rate:
     def __str__(self) -> str:
         unit = {v: k for k, v in _PERIODS.items()}.get(self.period)
         return f"{self.count:g}/{unit}" if unit else f"{self.per_second:g}/s"
+
+
+@dataclass(frozen=True)
+class RateTerms:
+    """What one start asks of its name's rate: the rate, the burst and its cost
+    (checked: ``1 <= cost <= burst``); ``rate`` None: no rate, only a pause
+    holds it."""
+
+    rate: Rate | None = None
+    burst: int = 1
+    cost: int = 1
+
+    def __post_init__(self) -> None:
+        check_cost(self.cost, check_burst(self.burst))
+
+    def script_args(self) -> list[int]:
+        """ARGV of the park scripts: interval in microseconds (0: none), burst, cost."""
+        interval = 0 if self.rate is None else max(1, round(self.rate.interval * 1_000_000))
+        return [interval, self.burst, self.cost]
 
 
 def parse_rate(value: object, what: str = "rate") -> Rate:
@@ -123,6 +151,10 @@ def check_cost(cost: object, burst: int, what: str = "cost") -> int:
             "admitted (raise the burst, or split the work)"
         )
     return cost
+
+
+#: the terms of a start without a rate
+NO_RATE = RateTerms()
 
 
 @dataclass(frozen=True)

@@ -72,13 +72,13 @@ def admit(
         admission = parking.arrive(
             task_id, lease_set.limit, json_dumps(envelope),
             expires_in(envelope["headers"], task.app), settings_for(task.app).park,
-            owner, lease_set.ttl, meta, task.name,
+            owner, lease_set.ttl, meta, task.name, task.redislock_rate(args, kwargs),
         )  # fmt: skip
     if admission.verdict is Verdict.HELD:
         lease_set.adopt(owner, admission.token, sent_at)
         return lease_set
     if admission.verdict is Verdict.PARKED:
-        announce_parked(task, task_id, name, "arrive", admission.count)
+        announce_parked(task, task_id, name, "arrive", admission)
         raise StillPending()
     raise_if_bounded(admission, name, f"{task.name}[{task_id}] not parked")
     log.info("%s[%s] dropped: a copy of a parked task (%s)", task.name, task_id, admission.reason)

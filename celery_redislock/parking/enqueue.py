@@ -21,6 +21,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ..core.park import Parking, Verdict
+from ..core.rate import NO_RATE, RateTerms
 from ..options import HEADER_PARK_TOKEN
 from ..settings import client_for
 from .message import envelope_of_publish, expires_in, json_dumps
@@ -35,16 +36,20 @@ class _Call:
     name: str
     task_id: str
     limit: int
+    rate: RateTerms
 
 
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("redislock_park", default=None)
 _INSTALL_LOCK = threading.Lock()
 
 
-def apply_async(task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any]) -> Any:
+def apply_async(
+    task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any],
+    rate: RateTerms = NO_RATE,
+) -> Any:  # fmt: skip
     """Run ``send`` (Celery's ``apply_async``) with the park decision at publish."""
     _install_sender(task.app)
-    reset = _CALL.set(_Call(task, name, task_id, limit))
+    reset = _CALL.set(_Call(task, name, task_id, limit, rate))
     try:
         return send()
     finally:
@@ -90,11 +95,11 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
     client, settings = client_for(task.app)
     admission = Parking(client, settings.prefix, call.name).enqueue(
         call.task_id, call.limit, json_dumps(envelope),
-        expires_in(envelope["headers"], task.app), settings.park, task.name,
+        expires_in(envelope["headers"], task.app), settings.park, task.name, call.rate,
     )  # fmt: skip
     if admission.verdict is Verdict.RESERVED:
         return admission.token
     raise_if_bounded(admission, call.name, f"{task.name}[{call.task_id}] not enqueued")
     if admission.verdict is Verdict.PARKED:
-        announce_parked(task, call.task_id, call.name, "enqueue", admission.count)
+        announce_parked(task, call.task_id, call.name, "enqueue", admission)
     return None

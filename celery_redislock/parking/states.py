@@ -73,14 +73,31 @@ def raise_if_bounded(admission: Admission, name: str, what: str) -> None:
         )
 
 
-def announce_parked(task: Any, task_id: str, name: str, where: str, count: int) -> None:
-    """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive)."""
-    log.info("%s[%s] parked (%s): %r is full, %d parked", task.name, task_id, where, name, count)
-    store_state(task.app, task_id, PARKED, {"lock": name, "where": where})
+def announce_parked(task: Any, task_id: str, name: str, where: str, admission: Admission) -> None:
+    """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive);
+    for a task parked for its rate (or a pause) also ``lock_rate_limited``."""
+    count, wait = admission.count, admission.wait
+    meta: dict[str, Any] = {"lock": name, "where": where}
+    if wait > 0:
+        meta["eligible_in"] = wait
+        log.info(
+            "%s[%s] parked (%s): %r waits for its rate, eligible in %.3f s, %d parked",
+            task.name, task_id, where, name, wait, count,
+        )  # fmt: skip
+    else:
+        log.info(
+            "%s[%s] parked (%s): %r is full, %d parked", task.name, task_id, where, name, count
+        )
+    store_state(task.app, task_id, PARKED, meta)
     signals.lock_parked.send(
         sender=task, task_id=task_id, name=name, kind=task._redislock_kind, where=where,
         parked=count,
     )  # fmt: skip
+    if wait > 0:
+        signals.lock_rate_limited.send(
+            sender=task, task_id=task_id, name=name, kind=task._redislock_kind,
+            retry_after=wait, where=where,
+        )  # fmt: skip
 
 
 def store_state(app: Any, task_id: str, state: str, meta: dict[str, Any]) -> None:

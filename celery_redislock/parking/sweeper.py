@@ -1,20 +1,31 @@
 """The sweeper: a thread in every worker's main process that keeps parks moving.
 
-Once per ``redislock_park_sweep_interval`` it releases the leases of
-processes of this machine that provably died (:func:`release_dead_holders`),
-asks Redis which names are due (``park_due.lua`` on the index of names with
-parked work: an overdue reservation, or a free slot) and promotes them, all
-free slots of a name at once.  Overdue reservations (a lost publish, a dead
-publisher) are published again with a new token, so their old copies are
-refused.  Started and stopped by :mod:`celery_redislock.worker`.
+Each sweep asks Redis which names are due (``park_due.lua`` on the index of
+names with parked work: an overdue reservation, a free slot, a parked task
+whose rate now admits it) and promotes them, all free slots of a name at
+once; once per ``redislock_park_sweep_interval`` it also releases the leases
+of processes of this machine that provably died (:func:`release_dead_holders`).
+Overdue reservations (a lost publish, a dead publisher) are published again
+with a new token, so their old copies are refused.
+
+Between sweeps it sleeps until the index's earliest time, at most one
+interval, and is woken early by the index's channel when a park call makes a
+sooner time the earliest (single server; on a cluster it wakes at least once
+per interval).  A due name is held for one second by the sweeper that took it,
+so the sweepers of many workers do not all promote it.  Started and stopped by
+:mod:`celery_redislock.worker`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 from typing import Any
 
+from ..core.heartbeat import is_cluster
+from ..core.keys import park_wake_channel
 from ..core.park import due_names
 from ..settings import client_for
 from .promotion import promote, release_dead_holders
@@ -25,13 +36,15 @@ log = logging.getLogger("celery_redislock")
 
 
 class Sweeper:
-    """A daemon thread that runs :meth:`sweep_once` every ``interval`` seconds."""
+    """A daemon thread that runs :meth:`sweep_once` when a name is due."""
 
     def __init__(self, app: Any, interval: float | None = None) -> None:
         self.app = app
         self.interval = interval or client_for(app)[1].park.sweep_interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last_dead_check = 0.0
+        self._channel: Any = None
 
     def start(self) -> Sweeper:
         self._thread = threading.Thread(
@@ -47,19 +60,68 @@ class Sweeper:
 
     def sweep_once(self) -> int:
         """One sweep; returns how many messages it published."""
+        return self._sweep()[0]
+
+    def _sweep(self) -> tuple[int, float | None]:
+        """Promote the due names; returns how many messages were published and
+        the seconds until the index's earliest time (None: nothing indexed)."""
         client, settings = client_for(self.app)
-        release_dead_holders(self.app)
+        now = time.monotonic()
+        if now - self._last_dead_check >= self.interval:
+            self._last_dead_check = now
+            release_dead_holders(self.app)
+        names, next_in = due_names(client, settings.prefix)
         published = 0
-        for name in due_names(client, settings.prefix):
+        for name in names:
             published += promote(self.app, name, 0, client, settings.prefix)
-        return published
+        if names:  # their promotions re-scored them: ask again for the earliest
+            next_in = due_names(client, settings.prefix, count=0)[1]
+        return published, next_in
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        wait = self.interval
+        while not self._stop.is_set():
+            self._sleep(wait)
+            if self._stop.is_set():
+                break
             try:
-                self.sweep_once()
+                next_in = self._sweep()[1]
             except Exception as exc:
                 log.error("park sweeper: %r (retrying next interval)", exc)
+                wait = self.interval
+                continue
+            wait = self.interval if next_in is None else min(max(next_in, 0.001), self.interval)
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if a park call publishes a sooner time."""
+        try:
+            channel = self._listen()
+            if channel is not None:
+                deadline = time.monotonic() + seconds
+                while (left := deadline - time.monotonic()) > 0:
+                    if channel.get_message(ignore_subscribe_messages=True, timeout=left):
+                        return
+                return
+        except Exception as exc:  # a lost connection: sleep plainly, listen again next time
+            log.debug("park sweeper: wake channel lost (%r)", exc)
+            self._close_channel()
+        self._stop.wait(seconds)
+
+    def _listen(self) -> Any:
+        if self._channel is None:
+            client, settings = client_for(self.app)
+            if is_cluster(client):
+                return None
+            channel = client.pubsub()
+            channel.subscribe(park_wake_channel(settings.prefix))
+            self._channel = channel
+        return self._channel
+
+    def _close_channel(self) -> None:
+        if self._channel is not None:
+            with contextlib.suppress(Exception):
+                self._channel.close()
+            self._channel = None
 
 
 _SWEEPERS: dict[int, Sweeper] = {}
@@ -77,6 +139,7 @@ def start_sweeper(app: Any) -> None:
 def stop_sweepers() -> None:
     for sweeper in list(_SWEEPERS.values()):
         sweeper.stop()
+        sweeper._close_channel()
     _SWEEPERS.clear()
 
 

@@ -4,6 +4,7 @@ hooks themselves, and failing a contended run."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NoReturn, TypeVar
@@ -11,8 +12,11 @@ from typing import Any, ClassVar, Literal, NoReturn, TypeVar
 from .. import signals
 from ..core.errors import LockContended
 from ..core.leaseset import LeaseSet
+from ..core.owners import new_owner
+from ..core.park import Parking, Verdict
+from ..core.rate import NO_RATE, RateTerms
 
-__all__ = ["Context", "Phase", "Policy", "announce_contended", "fail"]
+__all__ = ["Context", "Phase", "Policy", "announce_contended", "fail", "take"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -39,9 +43,12 @@ class Context:
     ``run`` (:meth:`Policy.acquire`, then :meth:`Policy.contended`, in the
     worker before the body runs):
         ``request`` (Celery's request of the run), ``lease_set`` (this run's,
-        not yet held), ``limit`` (taken for this run) and ``wait_timeout``
-        (how long a waiting policy waits; None: no limit).  ``call`` is empty,
-        ``send`` None.
+        not yet held), ``limit`` (taken for this run), ``rate`` (what the run
+        asks of its key's rate, ``NO_RATE`` without one) and ``wait_timeout``
+        (how long a waiting policy waits; None: no limit).  After a refused
+        :meth:`Policy.acquire`, ``rate_wait`` is the seconds until the rate
+        admits the run when the rate (or a pause) refused it, None when the
+        slot did.  ``call`` is empty, ``send`` None.
 
     ``release`` (:meth:`Policy.releaser`, :meth:`Policy.after_release`,
     once the body returned or raised, or its process died):
@@ -64,11 +71,23 @@ class Context:
     wait_timeout: float | None = None
     call: Mapping[str, Any] = field(default_factory=dict)
     send: Callable[[], Any] | None = None
+    rate: RateTerms = NO_RATE
+    rate_wait: float | None = None
 
     @property
     def kind(self) -> str:
-        """``"lock"`` or ``"semaphore"``: what the task takes."""
+        """``"lock"``, ``"semaphore"`` or ``"rate"``: what the task takes."""
         return str(self.task._redislock_kind)
+
+    @property
+    def refusal(self) -> str:
+        """Why a refused run was refused, for log lines and errors."""
+        if self.rate_wait is not None:
+            return (
+                f"{self.name!r} is over its rate {self.rate.rate} (admitted in "
+                f"{self.rate_wait:.3f} s)"
+            )
+        return f"{self.kind} {self.name!r} is held"
 
     def need_lease_set(self) -> LeaseSet:
         """``lease_set``; a ``RuntimeError`` in a phase that has none (enqueue)."""
@@ -104,9 +123,9 @@ class Policy:
     name: ClassVar[str]
 
     def acquire(self, ctx: Context) -> bool:
-        """Run phase: whether this run now holds ``ctx.lease_set``; by default
-        one try, without waiting."""
-        return ctx.need_lease_set().acquire(blocking=False)
+        """Run phase: whether this run now holds ``ctx.lease_set`` (and its
+        rate's units); by default one try, without waiting."""
+        return take(ctx, blocking=False)
 
     def contended(self, ctx: Context) -> NoReturn:
         """Run phase, after :meth:`acquire` returned False: end the run visibly (raise)."""
@@ -126,6 +145,40 @@ class Policy:
     def after_release(self, ctx: Context) -> None:
         """Release phase: called after a slot of this policy was given back
         without its :meth:`releaser` (a plain release, or a dead child's lease)."""
+
+
+def take(ctx: Context, blocking: bool) -> bool:
+    """Run phase: take this run's slot, and with a rate its rate's units, in one
+    Redis call (both or neither); ``blocking`` waits up to ``ctx.wait_timeout``
+    (eager runs of the policies that otherwise wait in the broker or the park).
+    A run refused by its rate sets ``ctx.rate_wait`` and sends ``lock_rate_limited``."""
+    lease_set = ctx.need_lease_set()
+    if ctx.rate.rate is None:
+        if blocking:
+            return lease_set.acquire(blocking=True, timeout=ctx.wait_timeout)
+        return lease_set.acquire(blocking=False)
+    parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
+    deadline = None if ctx.wait_timeout is None else time.monotonic() + ctx.wait_timeout
+    while True:
+        owner, sent_at = new_owner(lease_set.owner_prefix), time.monotonic()
+        admission = parking.try_hold(
+            ctx.task_id, lease_set.limit, owner, lease_set.ttl, lease_set.holder_meta(),
+            ctx.task.name, ctx.rate,
+        )  # fmt: skip
+        if admission.verdict is Verdict.HELD:
+            ctx.rate_wait = None
+            return lease_set.adopt(owner, admission.token, sent_at)
+        rated = admission.verdict is Verdict.RATE
+        ctx.rate_wait = admission.wait if rated else None
+        pause = admission.wait if rated else 0.05  # a slot: no time to wait for, poll
+        if not blocking or (deadline is not None and time.monotonic() + pause > deadline):
+            if rated:
+                signals.lock_rate_limited.send(
+                    sender=ctx.task, task_id=ctx.task_id, name=ctx.name, kind=ctx.kind,
+                    retry_after=admission.wait, where="run",
+                )  # fmt: skip
+            return False
+        time.sleep(pause)
 
 
 def fail(ctx: Context, policy: str, message: str) -> NoReturn:

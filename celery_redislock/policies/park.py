@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from ..parking.arrival import admit
 from ..parking.enqueue import apply_async
 from ..parking.promotion import after_release, releaser
-from .base import Context, Policy, fail
+from .base import Context, Policy, fail, take
 
 __all__ = ["Park"]
 
@@ -34,7 +34,7 @@ class Park(Policy):
 
     def acquire(self, ctx: Context) -> bool:
         if ctx.request.is_eager:
-            return ctx.need_lease_set().acquire(blocking=True, timeout=ctx.wait_timeout)
+            return take(ctx, blocking=True)
         task, request, args, kwargs = ctx.task, ctx.request, ctx.args, ctx.kwargs
         lease_set = ctx.need_lease_set()
         # Holds the lease, or raises Ignore (parked, or a stale copy).
@@ -43,10 +43,7 @@ class Park(Policy):
 
     def contended(self, ctx: Context) -> NoReturn:
         fail(
-            ctx,
-            self.name,
-            f"{ctx.kind} {ctx.name!r} still held after waiting "
-            f"{ctx.wait_timeout} s (policy park, eager)",
+            ctx, self.name, f"{ctx.refusal} after waiting {ctx.wait_timeout} s (policy park, eager)"
         )
 
     def publish(self, ctx: Context) -> Any:
@@ -55,7 +52,8 @@ class Park(Policy):
             return send()
         name, task_id = ctx.name, ctx.task_id
         limit = task.redislock_limit(ctx.args, ctx.kwargs)
-        return apply_async(task, name, task_id, limit, send)
+        rate = task.redislock_rate(ctx.args, ctx.kwargs)
+        return apply_async(task, name, task_id, limit, send, rate)
 
     def releaser(self, ctx: Context) -> Callable[[str], bool]:
         task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()

@@ -16,4 +16,4 @@ class Raise(Policy):
     name = "raise"
 
     def contended(self, ctx: Context) -> NoReturn:
-        fail(ctx, self.name, f"{ctx.kind} {ctx.name!r} is held (policy raise)")
+        fail(ctx, self.name, f"{ctx.refusal} (policy raise)")

@@ -10,7 +10,7 @@ from celery.exceptions import Retry as CeleryRetry
 
 from ..core.errors import LockContended
 from ..options import HEADER_REQUEUES
-from .base import Context, Policy
+from .base import Context, Policy, take
 
 __all__ = ["Retry", "requeue"]
 
@@ -30,14 +30,13 @@ class Retry(Policy):
     name = "retry"
 
     def acquire(self, ctx: Context) -> bool:
-        if ctx.request.is_eager:
-            return ctx.need_lease_set().acquire(blocking=True, timeout=ctx.wait_timeout)
-        return ctx.need_lease_set().acquire(blocking=False)
+        return take(ctx, blocking=ctx.request.is_eager)
 
     def contended(self, ctx: Context) -> NoReturn:
         task = ctx.task
-        countdown = task.lock_retry_countdown + random.uniform(0, task.lock_retry_jitter)
-        requeue(ctx, countdown, count=True)
+        # Refused by its rate: back when the rate admits it, not after the countdown.
+        base = task.lock_retry_countdown if ctx.rate_wait is None else ctx.rate_wait
+        requeue(ctx, base + random.uniform(0, task.lock_retry_jitter), count=True)
 
 
 def requeue(ctx: Context, countdown: float, count: bool) -> NoReturn:
@@ -70,13 +69,8 @@ def requeue(ctx: Context, countdown: float, count: bool) -> NoReturn:
         headers=headers,
     )
     log.info(
-        "%s[%s] requeued in %.2f s: %s %r is held (requeue %d)",
-        task.name,
-        request.id,
-        countdown,
-        ctx.kind,
-        ctx.name,
-        done,
-    )
+        "%s[%s] requeued in %.2f s: %s (requeue %d)", task.name, request.id, countdown,
+        ctx.refusal, done,
+    )  # fmt: skip
     signature.apply_async()
-    raise CeleryRetry(f"{ctx.kind} {ctx.name!r} is held; requeued", when=countdown)
+    raise CeleryRetry(f"{ctx.refusal}; requeued", when=countdown)

@@ -29,13 +29,7 @@ class Skip(Policy):
 
     def contended(self, ctx: Context) -> NoReturn:
         task = ctx.task
-        log.warning(
-            "%s[%s] skipped: %s %r is held (policy skip)",
-            task.name,
-            ctx.task_id,
-            ctx.kind,
-            ctx.name,
-        )
+        log.warning("%s[%s] skipped: %s (policy skip)", task.name, ctx.task_id, ctx.refusal)
         task.update_state(
             task_id=ctx.task_id,
             state=SKIPPED,

@@ -178,7 +178,7 @@ def test_copy_with_stale_token_is_dropped(app: Any, worker: Any, key: str) -> No
     entry = parking(app, key).status(count=1).entries[0]
     client, settings = client_for(app)
     raw = client.hget(f"{settings.prefix}:{{park:{key}}}:parked", entry["task_id"]).decode()
-    envelope = json.loads(raw.split("|", 6)[6])
+    envelope = json.loads(raw.split("|", 9)[9])
     # Two copies with tokens that match no reservation: acked and dropped.
     republish(app, envelope, 12345)
     republish(app, envelope, 0)

@@ -37,7 +37,7 @@ from celery import Celery
 from celery.exceptions import Ignore, Reject
 from kombu import Exchange, Queue
 
-from celery_redislock import LockedTask, SemaphoreTask, signals
+from celery_redislock import LockedTask, RateLimitedTask, SemaphoreTask, signals
 
 from . import write_pid_when_ready
 
@@ -239,6 +239,50 @@ def create_app(config: dict[str, str]) -> Celery:
                     gate: bool = False) -> Any:  # fmt: skip
         return body(self, key, duration, gate, n=n)
 
+    # Rate limits (docs/rate.md): the recorded name is the task's short name.
+    @app.task(
+        shared=False, bind=True, base=RateLimitedTask, name="basic.rated",
+        rate_key="rate:{key}", rate=config.get("rate", "5/s"),
+    )  # fmt: skip
+    def rated(self: Any, key: Any, n: int = 0, duration: float = 0.0) -> Any:
+        return body(self, key, duration, n=n)
+
+    @app.task(
+        shared=False, bind=True, base=SemaphoreTask, name="basic.rated_capped",
+        semaphore_key="rcap:{key}", semaphore_limit=2, rate="10/s",
+    )  # fmt: skip
+    def rated_capped(self: Any, key: Any, n: int = 0, duration: float = 0.5) -> Any:
+        return body(self, key, duration, n=n)
+
+    @app.task(
+        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_skip",
+        rate_key="rskip:{key}", rate="1/m", lock_policy="skip",
+    )  # fmt: skip
+    def rated_skip(self: Any, key: Any, n: int = 0) -> Any:
+        return body(self, key, 0.0, n=n)
+
+    @app.task(
+        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_raise",
+        rate_key="rraise:{key}", rate="1/m", lock_policy="raise",
+    )  # fmt: skip
+    def rated_raise(self: Any, key: Any, n: int = 0) -> Any:
+        return body(self, key, 0.0, n=n)
+
+    @app.task(
+        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_retry",
+        rate_key="rretry:{key}", rate="4/s", lock_policy="retry", lock_retry_jitter=0.0,
+    )  # fmt: skip
+    def rated_retry(self: Any, key: Any, n: int = 0) -> Any:
+        return body(self, key, 0.0, n=n)
+
+    @app.task(
+        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_cost",
+        rate_key="rcost:{key}", rate="4/s", rate_burst=2,
+        rate_cost=lambda units, **_: units,
+    )  # fmt: skip
+    def rated_cost(self: Any, key: Any, units: int = 1, n: int = 0) -> Any:
+        return body(self, key, 0.0, n=n, units=units)
+
     @app.task(shared=False, name="basic.collect")
     def collect(results: list[Any]) -> int:
         """A plain chord callback."""
@@ -359,6 +403,7 @@ def create_app(config: dict[str, str]) -> Celery:
         signals.lock_lost,
         signals.lock_parked,
         signals.lock_dropped,
+        signals.lock_rate_limited,
     ):
 
         def receiver(sender: Any = None, _signal: Any = lib_signal, **kwargs: Any) -> None:

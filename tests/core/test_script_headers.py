@@ -30,7 +30,7 @@ from celery_redislock.core.replication import acknowledged_by
 from tests.waiting import wait_for
 
 LUA = Path(scripts.__file__).parent / "lua"
-NUMBERS = {"six": 6, "thirteen": 13}
+NUMBERS = {"six": 6, "fifteen": 15}
 
 
 def declared(name: str) -> tuple[set[int] | None, set[int] | None]:

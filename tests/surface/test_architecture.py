@@ -117,7 +117,8 @@ def test_every_lua_script_declares_the_helpers_it_calls() -> None:
     assert checked >= 8
     script = scripts.PARK_CLAIM
     assert script.source == "\n".join(
-        (LUA / part).read_text() for part in ["common.lua", "park_common.lua", "park_claim.lua"]
+        (LUA / part).read_text()
+        for part in ["common.lua", "rate_common.lua", "park_common.lua", "park_claim.lua"]
     )
 
 

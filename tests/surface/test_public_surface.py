@@ -24,14 +24,19 @@ import re
 from pathlib import Path
 from typing import Any
 
+import celery
 import redis
 
 import celery_redislock
-from celery_redislock import FairSemaphore, LockedTask, RedisLock, SemaphoreTask
+from celery_redislock import FairSemaphore, LockedTask, RateLimitedTask, RedisLock, SemaphoreTask
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = re.compile(r"^(?P<name>\w+)(?:\((?P<params>[^)]*)\))?(?P<kwarg>=.*)?(?:\s*->.*)?$")
-TASK_CLASSES = {"LockedTask": LockedTask, "SemaphoreTask": SemaphoreTask}
+TASK_CLASSES = {
+    "LockedTask": LockedTask,
+    "SemaphoreTask": SemaphoreTask,
+    "RateLimitedTask": RateLimitedTask,
+}
 
 
 def table(header: str) -> list[list[str]]:
@@ -117,7 +122,9 @@ def test_task_options_table_matches_the_task_classes() -> None:
         name
         for cls in TASK_CLASSES.values()
         for name in dir(cls)
-        if name.startswith(("lock_", "semaphore_")) and not callable(getattr(cls, name))
+        if name.startswith(("lock_", "semaphore_", "rate"))
+        and not callable(getattr(cls, name))
+        and not hasattr(celery.Task, name)  # Celery's own rate_limit
     }
     assert public - documented == set(), "task options missing from the options table"
 

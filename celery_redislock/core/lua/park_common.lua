@@ -26,19 +26,26 @@
 --                     duplicate publish arrives about when the original
 --                     does).  A token in none of these is unknown (the lock
 --                     Redis lost its data): the caller admits that copy.
---   KEYS[12] index    ZSET  name -> Redis time (ms) at which the sweeper should
+--   KEYS[12] rate     STRING  the name's rate state (see rate_common.lua): a
+--                     parked entry with a rate is promoted only when its
+--                     rate admits it, and takes its units then
+--   KEYS[13] pause    STRING  present while the name's starts are paused
+--   KEYS[14] index    ZSET  name -> Redis time (ms) at which the sweeper should
 --                     look at the name.  Only on a single server: on a
 --                     cluster it lives in another slot, so it is left out of
---                     KEYS and the caller updates it from the reply.
---   KEYS[13] total    STRING  tasks parked over all names (single server only,
+--                     KEYS and the caller updates it from the reply.  A
+--                     name whose time becomes the index's earliest is
+--                     published on the channel <index>:wake (next_due()).
+--   KEYS[15] total    STRING  tasks parked over all names (single server only,
 --                     like the index; redislock_park_max_total needs it).
 -- ARGV[1] is always the name (the index member).
 -- Times are Redis TIME (NOW_MS from common.lua); expires_ms = 0 means never.
 
 --- @include common.lua
+--- @include rate_common.lua
 
 local PARK, PARKED, INFLIGHT, PMETA = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local TOKENS, INDEX, TOTAL = KEYS[11], KEYS[12], KEYS[13]
+local TOKENS, RATE, PAUSE, INDEX, TOTAL = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local PNAME = ARGV[1]
 local STALE_MEMORY_MS = 7 * 24 * 3600 * 1000  -- as the revoke records (parking.REVOKE_MEMORY)
 local CLAIMED_MEMORY_MS = 3600 * 1000  -- kombu's default visibility timeout
@@ -65,20 +72,36 @@ local function stored_limit(limit)
   return tonumber(redis.call('HGET', PMETA, 'limit') or '1')
 end
 
--- A parked task, as stored: "seq|expires_ms|enqueued_ms|limit|publishes|task|envelope".
+-- A parked task, as stored:
+-- "seq|expires_ms|enqueued_ms|limit|publishes|interval_us|burst|cost|task|envelope".
 -- limit is the task's own (its call's semaphore_limit when it was parked) and
 -- task its task name, so promotion can admit it by its own limit (see
 -- own_limit()); publishes counts how often it was published with a token
--- (see promote_parked()); envelope is the stored message (opaque JSON).
+-- (see promote_parked()); interval_us, burst and cost are its rate (interval
+-- 0: none, see rate_admits()); envelope is the stored message (opaque JSON).
 local function read_entry(raw)
-  local f = split(raw or '0|0|0|0|0||', 7)
+  local f = split(raw or '0|0|0|0|0|0|1|1||', 10)
   return {seq = tonumber(f[1]), expires_ms = tonumber(f[2]), enqueued_ms = tonumber(f[3]),
-    limit = tonumber(f[4]), publishes = tonumber(f[5]), task = f[6], envelope = f[7]}
+    limit = tonumber(f[4]), publishes = tonumber(f[5]), interval = tonumber(f[6]),
+    burst = tonumber(f[7]), cost = tonumber(f[8]), task = f[9], envelope = f[10]}
 end
 
 local function entry_string(e)
-  return string.format('%d|%d|%d|%d|%d|', e.seq, e.expires_ms, e.enqueued_ms, e.limit,
-    e.publishes) .. e.task .. '|' .. e.envelope
+  return string.format('%d|%d|%d|%d|%d|%d|%d|%d|', e.seq, e.expires_ms, e.enqueued_ms, e.limit,
+    e.publishes, e.interval, e.burst, e.cost) .. e.task .. '|' .. e.envelope
+end
+
+-- Whether the name's rate (and pause) admits entry `e` now; with `take`,
+-- its units are taken when it does.  Returns admitted and, if not, the
+-- microseconds until it would be.  An entry without a rate only waits
+-- for a pause.
+local function rate_admits(e, take)
+  if e.interval > 0 then
+    return gcra(RATE, PAUSE, NOW_US, e.interval, e.burst, e.cost, take)
+  end
+  local paused = pause_left_us(PAUSE)
+  if paused > 0 then return false, paused end
+  return true, 0
 end
 
 -- An in-flight reservation: its token, its deadline and the parked entry.
@@ -188,7 +211,10 @@ local function next_due(limit)
   local function at(ms) if due < 0 or ms < due then due = ms end end
   if redis.call('ZCARD', PARK) > 0 then
     if redis.call('ZCARD', HOLDERS) < limit then
-      at(NOW_MS)
+      -- A slot is free: due now, unless the head waits for its rate or a pause.
+      local head = redis.call('ZRANGE', PARK, 0, 0)[1]
+      local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false)
+      if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000)) end
     else
       local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
       if first[2] then at(tonumber(first[2])) else at(NOW_MS) end
@@ -204,14 +230,26 @@ local function next_due(limit)
     redis.call('HSET', PMETA, 'limit', limit)
   end
   if INDEX then
-    if due < 0 then redis.call('ZREM', INDEX, PNAME) else redis.call('ZADD', INDEX, due, PNAME) end
+    if due < 0 then
+      redis.call('ZREM', INDEX, PNAME)
+    else
+      -- Sweepers sleep until the index's earliest time: one that becomes
+      -- sooner (a rate spacing promotions, a parked task's due time) wakes
+      -- them through WAKE, so a promotion is not late by a sweep interval.
+      local first = redis.call('ZRANGE', INDEX, 0, 0, 'WITHSCORES')
+      if due > NOW_MS and (not first[2] or due < tonumber(first[2])) then
+        redis.call('PUBLISH', INDEX .. ':wake', due)
+      end
+      redis.call('ZADD', INDEX, due, PNAME)
+    end
   end
   return due
 end
 
 -- Fill every free slot of the name from its park list, at most `max`, each
--- task admitted by its own limit (FIFO: a head that its own limit does not
--- admit yet stops the promotion; a later release or sweep promotes it):
+-- task admitted by its own limit and its rate (FIFO: a head that its own limit,
+-- rate or a pause does not admit yet stops the promotion; a later release or
+-- sweep promotes it):
 -- overdue reservations first go back to the head of the list.  Tasks that
 -- will never run leave the list, reported, never published: expired ones,
 -- and ones already published `max_publishes` times without a worker claiming
@@ -231,7 +269,10 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
     local own = own_limit(e.limit, e.task, limit, task or '')
     local expired = e.expires_ms > 0 and e.expires_ms <= NOW_MS
     local unclaimed = max_publishes > 0 and e.publishes >= max_publishes
-    if not expired and not unclaimed and not admissible(state, own) then break end
+    if not expired and not unclaimed then
+      -- The slot and the rate together: both are taken, or neither.
+      if not admissible(state, own) or not rate_admits(e, true) then break end
+    end
     unpark(head)
     local reply
     if expired then

@@ -1,31 +1,40 @@
--- park_enqueue.lua: the one admission decision of a park-policy task, at
--- enqueue (mode "enqueue") and when a message without a reservation reaches
--- a worker (mode "arrive").
--- KEYS: the thirteen keys of park_common.lua (KEYS[12], KEYS[13] only on a single server).
+-- park_enqueue.lua: the one admission decision of a park task, at enqueue
+-- (mode "enqueue"), when a message without a reservation reaches a worker
+-- (mode "arrive"), and for a run of another policy that has a rate (mode
+-- "try": never parks).
+-- KEYS: the fifteen keys of park_common.lua (KEYS[14], KEYS[15] only on a single server).
 -- ARGV[1] name
--- ARGV[2] mode         "enqueue" | "arrive"
+-- ARGV[2] mode         "enqueue" | "arrive" | "try"
 -- ARGV[3] task_id
 -- ARGV[4] limit
 -- ARGV[5] envelope     the message as stored for re-publishing (opaque JSON)
 -- ARGV[6] expires_in   ms until the task expires (0: never)
 -- ARGV[7] deadline_ms  how long a reservation waits for its message to arrive
 -- ARGV[8] max_parked   park length bound for this name (0: none)
--- ARGV[9] owner        mode "arrive": lease owner to add as holder
--- ARGV[10] ttl_ms      mode "arrive": lease length
--- ARGV[11] meta        mode "arrive": holder meta (JSON)
+-- ARGV[9] owner        modes "arrive", "try": lease owner to add as holder
+-- ARGV[10] ttl_ms      modes "arrive", "try": lease length
+-- ARGV[11] meta        modes "arrive", "try": holder meta (JSON)
 -- ARGV[12] max_total   bound of the parked tasks over all names (0: none;
---                      needs KEYS[13], so a single server)
+--                      needs KEYS[15], so a single server)
 -- ARGV[13] task        the task name (stored with the entry, see own_limit())
+-- ARGV[14] interval_us the task's rate: microseconds per unit (0: no rate)
+-- ARGV[15] burst       units that may start back to back
+-- ARGV[16] cost        units this start takes (1 <= cost <= burst)
 -- The name is *full* when no holder may join (reservations included; see
 -- admissible() in common.lua: the limits of every holder count), or anything
--- is parked: then the task is parked (FIFO, so no newcomer
--- overtakes parked work).  Otherwise "enqueue" reserves a slot (the caller
--- publishes with the token) and "arrive" takes the slot as a lease.
--- Returns {"parked", n_parked, due} | {"reserved", token, due} |
+-- is parked: then the task is parked (FIFO, so no newcomer overtakes parked
+-- work).  It is parked too when a slot is free but its rate (or a pause)
+-- does not admit it now; promotion publishes it when it does.  Otherwise the
+-- slot and the rate's units are taken together: "enqueue" reserves the slot
+-- (the caller publishes with the token), "arrive" and "try" take it as a lease.
+-- Returns {"parked", n_parked, rate_wait_ms, due} (rate_wait_ms > 0: a slot
+-- was free but the rate or a pause admits it only then) | {"reserved", token, due} |
 -- {"held", fencing_token, due} | {"dup", where, due} (already parked or in
 -- flight: idempotent) | {"bounded", n_parked, due} (park list at its bound;
 -- nothing stored) | {"bounded_total", n_total, due} (all names together at
--- redislock_park_max_total; nothing stored).  due: see next_due() (for the cluster index).
+-- redislock_park_max_total; nothing stored) | mode "try" only: {"full", 0, due}
+-- (no slot) | {"rate", wait_ms, due} (the rate or a pause admits it in
+-- wait_ms).  due: see next_due() (for the cluster index).
 
 --- @include park_common.lua
 
@@ -33,17 +42,29 @@ local mode, id, limit = ARGV[2], ARGV[3], stored_limit(tonumber(ARGV[4]))
 local envelope, expires_in, deadline_ms = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local max_parked, max_total = tonumber(ARGV[8]), tonumber(ARGV[12] or '0')
 
-if redis.call('HEXISTS', PARKED, id) == 1 then return {'dup', 'parked', next_due(limit)} end
-if redis.call('HEXISTS', INFLIGHT, id) == 1 then return {'dup', 'inflight', next_due(limit)} end
+if mode ~= 'try' then
+  if redis.call('HEXISTS', PARKED, id) == 1 then return {'dup', 'parked', next_due(limit)} end
+  if redis.call('HEXISTS', INFLIGHT, id) == 1 then return {'dup', 'inflight', next_due(limit)} end
+end
 
 purge_expired_holders()
 reclaim_overdue()
 local expires_ms = 0
 if expires_in > 0 then expires_ms = NOW_MS + expires_in end
+local entry = {seq = 0, expires_ms = expires_ms, enqueued_ms = NOW_MS, limit = limit,
+  publishes = 0, interval = tonumber(ARGV[14] or '0'), burst = tonumber(ARGV[15] or '1'),
+  cost = tonumber(ARGV[16] or '1'), task = ARGV[13], envelope = envelope}
 
 local n_parked = redis.call('ZCARD', PARK)
 local state = holder_state()
-if n_parked > 0 or not admissible(state, limit) then
+local slot = n_parked == 0 and admissible(state, limit)
+local rate_ok, wait_us = false, 0
+if slot then rate_ok, wait_us = rate_admits(entry, false) end
+
+if mode == 'try' then
+  if not slot then return {'full', 0, next_due(limit)} end
+  if not rate_ok then return {'rate', math.ceil(wait_us / 1000), next_due(limit)} end
+elseif not (slot and rate_ok) then
   if max_parked > 0 and n_parked >= max_parked then
     return {'bounded', n_parked, next_due(limit)}
   end
@@ -51,15 +72,16 @@ if n_parked > 0 or not admissible(state, limit) then
     local total = tonumber(redis.call('GET', TOTAL) or '0')
     if total >= max_total then return {'bounded_total', total, next_due(limit)} end
   end
-  local seq = redis.call('HINCRBY', PMETA, 'seq', 1)
-  park(id, {seq = seq, expires_ms = expires_ms, enqueued_ms = NOW_MS, limit = limit,
-    publishes = 0, task = ARGV[13], envelope = envelope})
-  return {'parked', n_parked + 1, next_due(limit)}
+  entry.seq = redis.call('HINCRBY', PMETA, 'seq', 1)
+  park(id, entry)
+  local rate_wait_ms = 0
+  if slot then rate_wait_ms = math.ceil(wait_us / 1000) end
+  return {'parked', n_parked + 1, rate_wait_ms, next_due(limit)}
 end
 
+rate_admits(entry, true)  -- admitted just above: takes the units with the slot
 if mode == 'enqueue' then
-  local token = reserve(state, id, {seq = 0, expires_ms = expires_ms, enqueued_ms = NOW_MS,
-    limit = limit, publishes = 0, task = ARGV[13], envelope = envelope}, deadline_ms)
+  local token = reserve(state, id, entry, deadline_ms)
   fit_holder_ttl()
   return {'reserved', token, next_due(limit)}
 end

@@ -1,0 +1,223 @@
+"""Per-key rate limits on tasks (docs/rate.md) against real prefork workers and a real Redis.
+
+Starts are checked against Redis time: a start of the k-th task of a key
+(0-based, in start order) cannot happen before ``T0 + (k + 1 - burst) /
+rate``, where ``T0`` is the Redis time before the first call, because its
+rate's units were taken no earlier (GCRA, one Lua call) and a start never
+precedes its admission.  That bound holds however loaded the machine is:
+load only delays starts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_redislock import PARKED, RateLimitedTask, RateLimiter, SemaphoreTask
+from celery_redislock.core.errors import LockContended
+from celery_redislock.settings import client_for
+from tests.celery.test_scenarios import max_overlap
+from tests.celery_apps.basic import create_app
+from tests.celery_harness import worker_factory
+from tests.waiting import wait_for
+
+
+@pytest.fixture(scope="module")
+def config(redis_url: str) -> dict[str, str]:
+    return {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "rate": "5/s",
+        "park_sweep": "1",
+    }
+
+
+@pytest.fixture(scope="module")
+def app(config: dict[str, str]) -> Any:
+    return create_app(config)
+
+
+@pytest.fixture(scope="module")
+def worker(config: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with worker_factory(tmp_path_factory.mktemp("rate")) as start:
+        yield start(config, pool="prefork", concurrency=4)
+
+
+@pytest.fixture
+def key() -> str:
+    return f"r{uuid.uuid4().hex[:8]}"
+
+
+def redis_now(app: Any) -> float:
+    client, _ = client_for(app)
+    seconds, micros = client.time()
+    return float(seconds) + micros / 1_000_000
+
+
+def starts(app: Any, task: str, key: str) -> list[dict[str, Any]]:
+    events = app.recorder.events(task, key)
+    return sorted((e for e in events if e["what"] == "start"), key=lambda e: e["t"])
+
+
+def assert_spaced(started: list[dict[str, Any]], t0: float, rate: float, burst: int = 1) -> None:
+    for k, event in enumerate(started):
+        earliest = t0 + (k + 1 - burst) / rate
+        assert event["t"] >= earliest - 0.002, f"start {k} at {event['t'] - t0:.3f} s"
+
+
+def signals_of(app: Any, name: str) -> list[dict[str, Any]]:
+    return [s for s in app.recorder.signals() if s["signal"] == name]
+
+
+def test_a_backlog_starts_at_its_rate_and_waits_in_the_park(
+    app: Any, worker: Any, key: str
+) -> None:
+    task = app.tasks["basic.rated"]
+    t0 = redis_now(app)
+    results = [task.delay(key, n) for n in range(12)]
+    # Over-rate work waits in Redis, not in the broker: parked at enqueue.
+    assert [r.state for r in results[1:]] == [PARKED] * 11
+    for r in results:
+        r.get(timeout=60)
+    started = starts(app, "rated", key)
+    assert [e["n"] for e in started] == list(range(12))  # FIFO per key
+    assert_spaced(started, t0, rate=5)
+    # The second call found the key free of parked work but over its rate: it
+    # waits for its rate (lock_rate_limited); the others wait behind it (lock_parked).
+    waits = [s for s in signals_of(app, "redislock_rate_limited") if s["name"] == f"rate:{key}"]
+    assert [s["task_id"] for s in waits] == [results[1].id]
+    assert 0 < waits[0]["retry_after"] <= 0.2 and waits[0]["where"] == "enqueue"
+    parked = [s for s in signals_of(app, "redislock_parked") if s["name"] == f"rate:{key}"]
+    assert [s["task_id"] for s in parked] == [r.id for r in results[1:]]
+
+
+def test_other_keys_do_not_wait_behind_a_throttled_one(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.rated"]
+    heavy = [task.delay(f"{key}-heavy", n) for n in range(25)]  # 5 s of backlog at 5/s
+    light = task.delay(f"{key}-light", 0)
+    light.get(timeout=60)
+    heavy_started = starts(app, "rated", f"{key}-heavy")
+    assert len(heavy_started) < 25, "the light key started before the heavy backlog ended"
+    for r in heavy:
+        r.get(timeout=60)
+
+
+def test_rate_and_cap_together_never_exceed_either(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.rated_capped"]
+    t0 = redis_now(app)
+    results = [task.delay(key, n, 0.5) for n in range(8)]
+    for r in results:
+        r.get(timeout=60)
+    events = app.recorder.events("rated_capped", key)
+    assert max_overlap(events) <= 2
+    assert_spaced(starts(app, "rated_capped", key), t0, rate=10)
+
+
+def test_a_cost_takes_that_many_units(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.rated_cost"]
+    t0 = redis_now(app)
+    results = [task.delay(key, 2, n) for n in range(4)]  # 2 units each at 4/s, burst 2
+    for r in results:
+        r.get(timeout=60)
+    started = starts(app, "rated_cost", key)
+    # Unit 2k+1 is admitted no earlier than t0 + (2k + 2 - burst) / rate.
+    for k, event in enumerate(started):
+        assert event["t"] >= t0 + (2 * k + 2 - 2) / 4 - 0.002
+
+
+def test_skip_and_raise_refuse_an_over_rate_start_visibly(app: Any, worker: Any, key: str) -> None:
+    skip, fail = app.tasks["basic.rated_skip"], app.tasks["basic.rated_raise"]
+    first_skip, first_fail = skip.delay(key, 0), fail.delay(key, 0)
+    first_skip.get(timeout=30)
+    first_fail.get(timeout=30)
+    skipped, failed = skip.delay(key, 1), fail.delay(key, 1)
+    wait_for(lambda: skipped.state == "SKIPPED", 30, message="SKIPPED")
+    with pytest.raises(LockContended, match="over its rate"):
+        failed.get(timeout=30)
+    runs = [e for e in signals_of(app, "redislock_rate_limited") if e["where"] == "run"]
+    assert {e["task_id"] for e in runs} >= {skipped.id, failed.id}
+    assert all(55 < e["retry_after"] <= 60 for e in runs if e["task_id"] == skipped.id)
+
+
+def test_retry_comes_back_when_the_rate_admits_it(app: Any, worker: Any, key: str) -> None:
+    task = app.tasks["basic.rated_retry"]
+    t0 = redis_now(app)
+    results = [task.delay(key, n) for n in range(6)]
+    for r in results:
+        r.get(timeout=60)
+    started = starts(app, "rated_retry", key)
+    assert sorted(e["n"] for e in started) == list(range(6))
+    assert_spaced(started, t0, rate=4)
+
+
+def test_a_pause_holds_every_start_of_its_key(app: Any, worker: Any, key: str) -> None:
+    client, settings = client_for(app)
+    RateLimiter(client, f"rate:{key}", rate="5/s", prefix=settings.prefix).pause(2)
+    paused_until = redis_now(app) + 2 - 0.01
+    task = app.tasks["basic.rated"]
+    results = [task.delay(key, n) for n in range(3)]
+    assert all(r.state == PARKED for r in results)
+    for r in results:
+        r.get(timeout=60)
+    assert all(e["t"] >= paused_until for e in starts(app, "rated", key))
+
+
+def test_rate_parked_work_survives_a_worker_killed_while_it_is_due(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory, key: str
+) -> None:
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "rate": "4/s",
+              "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    task = app.tasks["basic.rated"]
+    with worker_factory(tmp_path_factory.mktemp("rate-kill")) as start:
+        first = start(config, pool="prefork", concurrency=2)
+        results = [task.delay(key, n) for n in range(12)]
+        wait_for(lambda: len(starts(app, "rated", key)) >= 3, 60, message="three started")
+        first.kill()  # the whole worker, SIGKILL: nobody releases or re-publishes
+        start(config, pool="prefork", concurrency=2)
+        for r in results:
+            r.get(timeout=90)
+    ran = [e["n"] for e in starts(app, "rated", key)]
+    assert sorted(set(ran)) == list(range(12))
+
+
+def test_bad_rate_options_fail_at_decoration() -> None:
+    app = Celery("bad-rates", set_as_current=False)
+    cases: list[tuple[dict[str, Any], type[Exception], str]] = [
+        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "fast"}, ValueError, "rate"),
+        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": 0}, ValueError, "positive"),
+        ({"base": RateLimitedTask, "rate_key": "k:{a}"}, TypeError, "needs rate="),
+        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "rate_cost": 3},
+         ValueError, "above the burst 1"),
+        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "rate_burst": 0},
+         ValueError, "rate_burst"),
+        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "lock_policy": "wait"},
+         ValueError, "does not combine with rate"),
+        ({"base": SemaphoreTask, "semaphore_key": "k:{a}", "semaphore_limit": 2,
+          "rate_key": "other:{a}", "rate": "5/s"}, TypeError, "rate_key"),
+        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": lambda nope: "5/s"},
+         ValueError, "not a parameter of the task"),
+    ]  # fmt: skip
+    for i, (options, error, match) in enumerate(cases):
+        with pytest.raises(error, match=match):
+
+            @app.task(name=f"bad{i}", shared=False, **options)
+            def job(a: int) -> None: ...
+
+            app.tasks[f"bad{i}"]  # Celery builds the task class here
+
+
+def test_a_callable_rate_that_returns_nonsense_fails_the_call(app: Any) -> None:
+    bad = Celery("bad-call", set_as_current=False)
+    bad.conf.redislock_url = app.conf.redislock_url
+
+    @bad.task(name="plan", shared=False, base=RateLimitedTask, rate_key="k:{a}",
+              rate=lambda a: "fast" if a else "5/s")  # fmt: skip
+    def plan(a: int) -> None: ...
+
+    with pytest.raises(ValueError, match=r"rate\(a=1\)"):
+        plan.apply_async((1,))
