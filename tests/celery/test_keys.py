@@ -163,8 +163,10 @@ def test_bad_locked_task_options(
          "use base=SemaphoreTask"),
         (SemaphoreTask, {"semaphore_key": "a:{x}", "semaphore_limit": 2, "semaphore_tll": 5},
          "did you mean 'semaphore_ttl'"),
-        (LockedTask, {"lock_key": "a:{x}", "rate": "20/s"},
-         r"'rate' is not an option of LockedTask \(its options: lock_dedupe, "),
+        (LockedTask, {"lock_key": "a:{x}", "rate_for_each_account": "20/s"},
+         r"'rate_for_each_account' is not an option of LockedTask \(its options: lock_dedupe, "),
+        (LockedTask, {"lock_key": "a:{x}", "rate_key": "b:{x}", "rate": "20/s"},
+         "'rate_key' is not an option of LockedTask but of RateLimitedTask"),
     ],
 )  # fmt: skip
 def test_unknown_options_are_refused_naming_the_nearest(
