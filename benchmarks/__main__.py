@@ -25,12 +25,13 @@ from . import (
     machine,
     market,
     park_bench,
+    rate_bench,
     redis_cost,
     report,
     semaphores,
 )
 
-PARTS = ("locks", "cost", "semaphores", "market", "celery", "backlog")
+PARTS = ("locks", "cost", "semaphores", "market", "celery", "backlog", "rate")
 HERE = Path(__file__).resolve().parent
 
 
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         if "backlog" in args.only:
             bp = park_bench.QUICK if args.quick else park_bench.BacklogParams()
             results["backlog"] = park_bench.run(url, bp, log)
+        if "rate" in args.only:
+            rp = rate_bench.QUICK if args.quick else rate_bench.RateParams()
+            results["rate"] = rate_bench.run(url, rp, log)
     results["elapsed_s"] = time.monotonic() - started
 
     out.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from . import park_bench, redis_cost
+from . import park_bench, rate_bench, redis_cost
 from .celery_bench import CONTROL
 from .contenders import BOOK_WITH_LOCK, OURS, OURS_SEM
 
@@ -386,6 +386,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("market", market_section),
         ("celery", celery_section),
         ("backlog", park_bench.section),
+        ("rate", rate_bench.section),
     ):
         if key in results:
             parts.append(render(results[key]))

@@ -8,6 +8,8 @@ point, so it reads the same app configuration as the workers::
     celery -A proj redislock status --match 'account:*'
     celery -A proj redislock release report:42      # asks for confirmation
     celery -A proj redislock release report:42 --owner <owner> --force
+    celery -A proj redislock pause api:acme 30      # no task of the key starts for 30 s
+    celery -A proj redislock resume api:acme
 
 The Redis and key prefix are the app's ``redislock_url`` (default: its Redis
 broker) and ``redislock_prefix``; ``--url``, ``--prefix`` and
@@ -55,6 +57,7 @@ from .cli_target import (
 from .core import liveness
 from .core.inspection import Snapshot, force_release, inspect_names, snapshot
 from .core.keys import LeaseKeys
+from .core.rate import RateLimiter
 
 __all__ = ["redislock"]
 
@@ -134,6 +137,39 @@ def discard_parked(target: Target, name: str, task_ids: tuple[str, ...], force: 
     with redis_errors(target):
         removed = parking.discard(target.client, target.prefix, name, task_ids, app=target.app)
     click.echo(f"discarded {removed} task(s) of {name!r}")
+
+
+@redislock.command()
+@click.argument("name")
+@click.argument("seconds", type=click.FloatRange(min=0, min_open=True))
+@connection_options
+def pause(target: Target, name: str, seconds: float) -> None:
+    """No task of NAME starts for SECONDS (an upstream's Retry-After), for
+    every worker: parked tasks wait, arriving ones are parked.  A pause only
+    lengthens one that is running."""
+    limiter = _limiter(target, name)
+    with redis_errors(target):
+        left = limiter.pause(seconds)
+    click.echo(f"paused {name!r} for {left:g} s")
+
+
+@redislock.command()
+@click.argument("name")
+@connection_options
+def resume(target: Target, name: str) -> None:
+    """End the pause of NAME at once."""
+    limiter = _limiter(target, name)
+    with redis_errors(target):
+        left = limiter.paused_for()
+        limiter.resume()
+    click.echo(f"resumed {name!r}" + (f" ({left:g} s of pause were left)" if left else ""))
+
+
+def _limiter(target: Target, name: str) -> RateLimiter:
+    try:
+        return RateLimiter(target.client, name, prefix=target.prefix)
+    except (TypeError, ValueError) as exc:
+        raise Mistake(f"bad NAME {name!r}: {exc}") from None
 
 
 @redislock.command()

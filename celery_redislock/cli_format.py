@@ -37,9 +37,12 @@ def _seconds(value: float) -> str:
 def format_parked(rows: Iterable[Any], entries: bool = False) -> list[str]:
     lines = []
     for r in rows:
+        timing = (f", paused {_age(r.paused_for)}" if r.paused_for else "") + (
+            f", next due in {r.head_due_in:.3f}s" if r.head_due_in else ""
+        )
         lines.append(
             f"{r.name}  [parked]  {r.parked} parked (oldest {_age(r.oldest_age)}), "
-            f"{r.in_flight} promoted not yet arrived, {r.overdue} overdue"
+            f"{r.in_flight} promoted not yet arrived, {r.overdue} overdue{timing}"
         )
         for e in r.entries if entries else ():
             lines.append(f"  {e['task_id']}  {e['task']}{e['argsrepr'] or ''}  {_age(e['age'])}")

@@ -44,7 +44,7 @@ leases back).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from celery import Task
 from celery._state import _task_stack
@@ -53,11 +53,13 @@ from celery.exceptions import Retry
 from . import admission, dedupe, enqueue, options
 from .core.leaseset import LeaseSet
 from .core.rate import NO_RATE, Rate, RateTerms, check_burst, check_cost, parse_rate
+from .core.validation import check_ttl
 from .diagnose import FailedClosed
 from .leases import lease_set_for
 from .limits import PerCall, check_limit_value
 from .naming import KeyBuilder, keys_of_task_class
 from .parking import StillPending
+from .parking.arrival import back_to_the_head
 from .policies import check_policy
 from .release import release_after_run, release_dead_child
 
@@ -212,11 +214,37 @@ class GuardedTask(Task):  # type: ignore[misc]
         except Retry:
             self._redislock_release(request, lease_set, "retry")
             raise
+        except StillPending:  # back in the park (redislock_pause): still to run
+            self._redislock_release(request, lease_set, "paused")
+            raise
         except BaseException:
             self._redislock_finish(request, lease_set, args, kwargs)
             raise
         self._redislock_finish(request, lease_set, args, kwargs)
         return result
+
+    def redislock_pause(self, seconds: float) -> NoReturn:
+        """Inside a run (``bind=True``): an upstream said "retry after
+        ``seconds``" (a 429's ``Retry-After``).  Pauses this run's key for every
+        worker (no task of it starts before the pause ends, a pause only
+        lengthens) and puts this task back at the head of the key's park, same
+        task id, no countdown retry; the run ends here (state ``PARKED``) and
+        its slot is given back.  Policy ``park`` only (the park is where the
+        task waits): other policies get a ``TypeError``."""
+        check_ttl(seconds, "pause")
+        request = self.request
+        lease_set = getattr(request, "redislock", None)
+        if lease_set is None or request.called_directly or request.is_eager:
+            raise RuntimeError(f"{self.name}: redislock_pause is for a run under its lease")
+        policy = getattr(request, "redislock_policy", None)
+        if getattr(policy, "name", None) != "park":
+            raise TypeError(
+                f"{self.name}: redislock_pause needs lock_policy 'park' (the task waits in "
+                "the park); pause the key with RateLimiter.pause and retry otherwise"
+            )
+        raise back_to_the_head(
+            self, request, request.args, request.kwargs, lease_set, float(seconds)
+        )
 
     def retry(self, *args: Any, throw: bool = True, **kwargs: Any) -> Any:
         """``Task.retry``, releasing the lease *before* the retry is published.

@@ -153,6 +153,9 @@ class ParkStatus:
     entries: list[dict[str, Any]] = field(default_factory=list)
     #: promotions in flight (published, not yet started), when entries were asked for
     promoted: list[dict[str, Any]] = field(default_factory=list)
+    paused_for: float = 0.0  #: seconds of pause left (0: not paused)
+    #: seconds until the head of the park is due by its rate and the pause (0: now)
+    head_due_in: float = 0.0
 
 
 def _ms(seconds: float) -> int:
@@ -229,10 +232,20 @@ class Parking:
         return self._admit("try", task_id, limit, "", 0.0, ParkConfig(), owner, ttl, meta,
                            task_name, rate)  # fmt: skip
 
+    def park_at_head(
+        self, task_id: str, limit: int, envelope: str, expires_in: float, pause: float,
+        task_name: str, rate: RateTerms,
+    ) -> Admission:  # fmt: skip
+        """A running task puts itself back ahead of all parked work of the name
+        and pauses the name for ``pause`` seconds (a pause only lengthens):
+        PARKED, with ``wait`` the pause left."""
+        return self._admit("head", task_id, limit, envelope, expires_in, ParkConfig(),
+                           task_name=task_name, rate=rate, pause=pause)  # fmt: skip
+
     def _admit(
         self, mode: str, task_id: str, limit: int, envelope: str, expires_in: float,
         config: ParkConfig, owner: str = "", ttl: float = 0.0, meta: str = "",
-        task_name: str = "", rate: RateTerms = NO_RATE,
+        task_name: str = "", rate: RateTerms = NO_RATE, pause: float = 0.0,
     ) -> Admission:  # fmt: skip
         if config.max_total and self.cluster:
             raise ValueError(
@@ -243,7 +256,8 @@ class Parking:
             PARK_ENQUEUE,
             [mode, task_id, limit, envelope, _ms(expires_in) if expires_in > 0 else 0,
              _ms(config.deadline), config.max_parked, owner, _ms(ttl) if ttl else 0, meta,
-             config.max_total, _field(task_name), *rate.script_args()],
+             config.max_total, _field(task_name), *rate.script_args(),
+             _ms(pause) if pause > 0 else 0],
         )  # fmt: skip
         return Admission.of(reply)
 
@@ -288,8 +302,8 @@ class Parking:
 
     def status(self, count: int = 0) -> ParkStatus:
         """Counts, and the first ``count`` parked entries and promotions in flight."""
-        now_ms, parked, oldest, inflight, overdue, listed, promoted = PARK_INSPECT(
-            self.client, self._script_keys, [self.name, count]
+        now_ms, parked, oldest, inflight, overdue, listed, promoted, pause_ms, head_ms = (
+            PARK_INSPECT(self.client, self._script_keys, [self.name, count])
         )
         now = int(now_ms)
         entries = [
@@ -302,7 +316,8 @@ class Parking:
         ]
         return ParkStatus(
             self.name, int(parked), (now - int(oldest)) / 1000 if int(oldest) else None,
-            int(inflight), int(overdue), entries, in_flight,
+            int(inflight), int(overdue), entries, in_flight, int(pause_ms) / 1000,
+            int(head_ms) / 1000,
         )  # fmt: skip
 
     # -- revoke records: one per task id, beside the names' keys ------------

@@ -28,7 +28,7 @@ from .message import envelope_of_request, expires_in, json_dumps
 from .promotion import promote
 from .states import StillPending, announce_parked, mark_revoked, raise_if_bounded
 
-__all__ = ["admit"]
+__all__ = ["admit", "back_to_the_head"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -87,3 +87,23 @@ def admit(
 
 def _redelivered(request: Any) -> bool:
     return bool((getattr(request, "delivery_info", None) or {}).get("redelivered"))
+
+
+def back_to_the_head(
+    task: Any, request: Any, args: Sequence[Any], kwargs: Any, lease_set: LeaseSet,
+    seconds: float,
+) -> StillPending:  # fmt: skip
+    """A running park-policy task pauses its key for ``seconds`` and goes back to
+    the head of the key's park (same task id, its message as it arrived); the
+    caller raises the returned :class:`StillPending`, so the run ends, its
+    slot is given back and nothing else of the key starts before the pause
+    ends.  State ``PARKED``; signals ``lock_parked`` and ``lock_rate_limited``."""
+    envelope = envelope_of_request(task, request, args, kwargs)
+    parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
+    admission = parking.park_at_head(
+        request.id, lease_set.limit, json_dumps(envelope),
+        expires_in(envelope["headers"], task.app), seconds, task.name,
+        task.redislock_rate(args, kwargs),
+    )  # fmt: skip
+    announce_parked(task, request.id, lease_set.name, "pause", admission)
+    return StillPending()

@@ -19,6 +19,7 @@ from celery import Celery
 
 from celery_redislock import PARKED, RateLimitedTask, RateLimiter, SemaphoreTask
 from celery_redislock.core.errors import LockContended
+from celery_redislock.core.park import Parking
 from celery_redislock.settings import client_for
 from tests.celery.test_scenarios import max_overlap
 from tests.celery_apps.basic import create_app
@@ -161,9 +162,37 @@ def test_a_pause_holds_every_start_of_its_key(app: Any, worker: Any, key: str) -
     task = app.tasks["basic.rated"]
     results = [task.delay(key, n) for n in range(3)]
     assert all(r.state == PARKED for r in results)
+    shown = Parking(client, settings.prefix, f"rate:{key}").status()
+    if redis_now(app) < paused_until - 0.2:  # read while the pause still ran
+        assert shown.parked == 3 and 0 < shown.paused_for <= 2
+        assert 0 < shown.head_due_in <= 2
     for r in results:
         r.get(timeout=60)
     assert all(e["t"] >= paused_until for e in starts(app, "rated", key))
+
+
+def test_a_task_told_to_back_off_pauses_its_key_and_runs_again_first(
+    app: Any, worker: Any, key: str
+) -> None:
+    """``self.redislock_pause(s)`` in a run (an upstream 429): no task of the key
+    starts before the pause ends, the same task id goes back to the head of the
+    park and runs again first, once, without a countdown retry."""
+    app.recorder.client.set(f"{app.conf.redislock_prefix}:backoff:{key}", 1)
+    task = app.tasks["basic.rated_backoff"]
+    first = task.delay(key, 0, 1.5)
+    wait_for(lambda: any(e["what"] == "paused" for e in app.recorder.events("rated_backoff", key)),
+             30, message="the first run asked for a pause")  # fmt: skip
+    wait_for(lambda: first.state == PARKED, 30, message="back in the park")
+    later = [task.delay(key, n) for n in range(1, 4)]
+    assert all(r.state == PARKED for r in later)
+    assert [r.get(timeout=60) for r in [first, *later]] == [0, 1, 2, 3]
+    events = app.recorder.events("rated_backoff", key)
+    paused_at = next(e["t"] for e in events if e["what"] == "paused")  # before the pause began
+    after = [e for e in events if e["what"] == "start"][1:]
+    assert [e["n"] for e in after] == [0, 1, 2, 3]  # the paused task first, then FIFO
+    assert all(e["t"] >= paused_at + 1.5 - 0.002 for e in after)  # not before the pause ends
+    assert next(e["id"] for e in events if e["what"] == "end") == first.id
+    assert first.result == 0 and app.recorder.events("rated_backoff", key)[0]["retries"] == 0
 
 
 def test_rate_parked_work_survives_a_worker_killed_while_it_is_due(

@@ -283,6 +283,20 @@ def create_app(config: dict[str, str]) -> Celery:
     def rated_cost(self: Any, key: Any, units: int = 1, n: int = 0) -> Any:
         return body(self, key, 0.0, n=n, units=units)
 
+    @app.task(
+        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_backoff",
+        rate_key="rback:{key}", rate="20/s",
+    )  # fmt: skip
+    def rated_backoff(self: Any, key: Any, n: int = 0, pause: float = 0.0) -> Any:
+        """Asks for a pause of its key (an upstream 429) on its first run when
+        ``pause`` is set and the test armed ``<prefix>:backoff:<key>``."""
+        rec.event(self, key, "start", n=n)
+        if pause and rec.client.delete(f"{prefix}:backoff:{key}"):
+            rec.event(self, key, "paused", n=n)
+            self.redislock_pause(pause)
+        rec.event(self, key, "end", n=n)
+        return n
+
     @app.task(shared=False, name="basic.collect")
     def collect(results: list[Any]) -> int:
         """A plain chord callback."""

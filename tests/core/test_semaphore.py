@@ -45,9 +45,7 @@ def test_skewed_clocks_neither_steal_nor_lose(
     mine = FairSemaphore(redis_client, "skew", 2, ttl=ttl, prefix=prefix)
     assert mine.acquire()
     with SPAWN.Pool(2) as pool:
-        ahead = pool.apply_async(
-            procs.skewed_holder, (redis_url, prefix, 2, 3600.0, 2 * ttl, ttl)
-        )
+        ahead = pool.apply_async(procs.skewed_holder, (redis_url, prefix, 2, 3600.0, 2 * ttl, ttl))
         wait_for(lambda: len(mine.holders()) == 2, timeout=30, message="skewed process to hold")
         # full now: an hour-behind client must not purge anyone as "expired"
         behind = pool.apply(procs.skewed_holder, (redis_url, prefix, 2, -3600.0, 0.0, ttl))

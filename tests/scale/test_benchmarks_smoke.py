@@ -207,3 +207,27 @@ def test_backlog_scenario_reports_every_field(server: RedisServer) -> None:
     assert "Skewed backlog" in text and "`park`" in text and "Targets of `park`" in text
     machine = machine_info.describe(common.client(server.url))
     assert text in report.markdown({"mode": "tiny", "machine": machine, "backlog": backlog})
+
+
+def test_rate_part_reports_every_contender_and_the_primitive(server: RedisServer) -> None:
+    """Each contender of part ``rate`` runs every task once; ``park`` never
+    requeues or holds an ETA message and never lets a key start more than
+    its rate plus its burst in a second; the recipe it replaces requeues."""
+    from benchmarks import rate_bench
+
+    result = rate_bench.run(server.url, rate_bench.TINY, lambda msg: None)
+    rows = {row["contender"]: row for row in result["runs"]}
+    assert set(rows) == set(rate_bench.CONTENDERS)
+    light = rate_bench.TINY.light_keys * rate_bench.TINY.light_jobs
+    for row in rows.values():
+        assert "incomplete" not in row, row
+        assert (row["heavy_ran"], row["light_ran"]) == (rate_bench.TINY.n, light)
+        assert row["redis_cmds_per_task"] > 0 and row["heavy_rate"] > 0
+    park = rows["park"]
+    assert (park["requeues"], park["eta_messages"]) == (0, 0)
+    assert park["max_starts_per_key_in_1s"] <= rate_bench.TINY.rate + 1
+    assert set(park["targets"]) and rows["retry"]["requeues"] > 0
+    prim = result["primitive"]
+    assert prim["RateLimiter.try_acquire (GCRA)"]["redis_cmds_per_call"] >= 1
+    assert "limits moving window" in prim
+    assert "| `park` |" in rate_bench.section(result)

@@ -26,7 +26,7 @@ from celery import Celery
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner, Result
 
-from celery_redislock import RedisLock
+from celery_redislock import RateLimiter, RedisLock
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.servers import RedisServer, free_port
 from devtools.engines import SentinelGroup
@@ -225,6 +225,34 @@ def test_unknown_key_is_an_error(app_module: str, redis_client: redis.Redis, pre
     assert result.exit_code == 0, result.output
     assert not lock.locked()
     assert not lock.refresh()
+
+
+def test_pause_and_resume_a_key_from_the_shell(
+    app_module: str, redis_client: redis.Redis, prefix: str
+) -> None:
+    limiter = RateLimiter(redis_client, "api:acme", rate="10/s", prefix=prefix)
+    paused = run("-A", app_module, "redislock", "pause", "api:acme", "30")
+    assert paused.exit_code == 0 and "paused 'api:acme' for 30 s" in paused.output
+    assert 29 < limiter.paused_for() <= 30
+    shown = run("-A", app_module, "redislock", "parked", "api:acme")
+    assert shown.exit_code == 0 and "api:acme  [parked]  0 parked" in shown.output
+    assert "paused 29." in shown.output or "paused 30.0s" in shown.output, shown.output
+    refused = limiter.try_acquire()
+    assert not refused and refused.retry_after > 29
+    shorter = run("-A", app_module, "redislock", "pause", "api:acme", "5")
+    assert shorter.exit_code == 0 and limiter.paused_for() > 29  # a pause only lengthens
+    resumed = run("-A", app_module, "redislock", "resume", "api:acme")
+    assert resumed.exit_code == 0 and "resumed 'api:acme'" in resumed.output
+    assert limiter.paused_for() == 0 and limiter.try_acquire()
+    for args, expected in [
+        (["pause", "api:acme", "0"], "SECONDS"),
+        (["pause", "api:acme", "soon"], "SECONDS"),
+        (["pause", "a{b", "5"], "bad NAME 'a{b'"),
+        (["resume", "a{b"], "bad NAME 'a{b'"),
+    ]:
+        result = run("-A", app_module, "redislock", *args)
+        assert result.exit_code == 2, result.output
+        assert expected in result.output and "Traceback" not in result.output
 
 
 def test_unreachable_redis_and_missing_app_get_clear_messages() -> None:

@@ -4,7 +4,8 @@
 -- "try": never parks).
 -- KEYS: the fifteen keys of park_common.lua (KEYS[14], KEYS[15] only on a single server).
 -- ARGV[1] name
--- ARGV[2] mode         "enqueue" | "arrive" | "try"
+-- ARGV[2] mode         "enqueue" | "arrive" | "try" | "head" (a running task
+--                      pauses its key and goes back to the head of the park)
 -- ARGV[3] task_id
 -- ARGV[4] limit
 -- ARGV[5] envelope     the message as stored for re-publishing (opaque JSON)
@@ -20,6 +21,7 @@
 -- ARGV[14] interval_us the task's rate: microseconds per unit (0: no rate)
 -- ARGV[15] burst       units that may start back to back
 -- ARGV[16] cost        units this start takes (1 <= cost <= burst)
+-- ARGV[17] pause_ms    mode "head": pause the name this long (a pause only lengthens)
 -- The name is *full* when no holder may join (reservations included; see
 -- admissible() in common.lua: the limits of every holder count), or anything
 -- is parked: then the task is parked (FIFO, so no newcomer overtakes parked
@@ -34,7 +36,9 @@
 -- nothing stored) | {"bounded_total", n_total, due} (all names together at
 -- redislock_park_max_total; nothing stored) | mode "try" only: {"full", 0, due}
 -- (no slot) | {"rate", wait_ms, due} (the rate or a pause admits it in
--- wait_ms).  due: see next_due() (for the cluster index).
+-- wait_ms).  Mode "head" parks the task ahead of all parked work, whatever
+-- the slots and bounds (it was admitted once), and returns {"parked", n, pause_ms, due}.
+-- due: see next_due() (for the cluster index).
 
 --- @include park_common.lua
 
@@ -56,6 +60,13 @@ local entry = {seq = 0, expires_ms = expires_ms, enqueued_ms = NOW_MS, limit = l
   cost = tonumber(ARGV[16] or '1'), task = ARGV[13], envelope = envelope}
 
 local n_parked = redis.call('ZCARD', PARK)
+if mode == 'head' then
+  local pause_ms = extend_pause(PAUSE, tonumber(ARGV[17]))
+  local first = redis.call('ZRANGE', PARK, 0, 0, 'WITHSCORES')
+  entry.seq = first[2] and tonumber(first[2]) - 1 or redis.call('HINCRBY', PMETA, 'seq', 1)
+  park(id, entry)
+  return {'parked', n_parked + 1, pause_ms, next_due(limit)}
+end
 local state = holder_state()
 local slot = n_parked == 0 and admissible(state, limit)
 local rate_ok, wait_us = false, 0

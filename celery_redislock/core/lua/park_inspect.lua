@@ -6,7 +6,9 @@
 -- Returns {now_ms, parked, oldest_enqueued_ms (0: none), inflight, overdue,
 --          {task_id, enqueued_ms, expires_ms, envelope, ...} (the first count parked),
 --          {task_id, enqueued_ms, deadline_ms, envelope, ...} (with count > 0:
---          every promotion in flight, at most count)}.
+--          every promotion in flight, at most count),
+--          pause_ms (the pause left, 0: none), head_wait_ms (how long until the
+--          head's rate and the pause admit it, 0: now or nothing parked)}.
 
 --- @include park_common.lua
 
@@ -35,4 +37,11 @@ for i = 1, #raw, 2 do
     end
   end
 end
-return {NOW_MS, parked, oldest, inflight, overdue, listed, promoted}
+local head_wait_ms = 0
+local head = redis.call('ZRANGE', PARK, 0, 0)[1]
+if head then
+  local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false)
+  if not ok then head_wait_ms = math.ceil(wait_us / 1000) end
+end
+local pause_ms = math.max(redis.call('PTTL', PAUSE), 0)
+return {NOW_MS, parked, oldest, inflight, overdue, listed, promoted, pause_ms, head_wait_ms}

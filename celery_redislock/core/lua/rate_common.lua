@@ -23,6 +23,15 @@ local function pause_left_us(pause_key)
   return 0
 end
 
+-- Pause the name for `ms` from now, unless a longer pause runs; returns the
+-- pause left (ms).
+local function extend_pause(pause_key, ms)
+  local left = redis.call('PTTL', pause_key)
+  if left >= ms then return left end
+  redis.call('SET', pause_key, '1', 'PX', ms)
+  return ms
+end
+
 -- Whether a start of `cost` conforms at `now`; if it does and `take` is
 -- true, it is taken.  Returns admitted (true/false) and, when not admitted,
 -- the microseconds until it would be (the pause included).

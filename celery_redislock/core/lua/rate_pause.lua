@@ -6,12 +6,11 @@
 -- ARGV[1] ms      how long from now (Redis time); "0": resume at once
 -- Returns the pause left, in milliseconds (0: not paused).
 
+--- @include rate_common.lua
+
 local ms = tonumber(ARGV[1])
 if ms <= 0 then
   redis.call('DEL', KEYS[1])
   return 0
 end
-local left = redis.call('PTTL', KEYS[1])
-if left >= ms then return left end
-redis.call('SET', KEYS[1], '1', 'PX', ms)
-return ms
+return extend_pause(KEYS[1], ms)

@@ -1,0 +1,108 @@
+"""The Celery app of the rate benchmark (``benchmarks.rate_bench``).
+
+Three ways to hold a key to ``RATE`` starts a second, each a task of 5 ms:
+
+* ``park``: ``RateLimitedTask(rate_key="rate:{run}:{account}", rate=RATE)``,
+  this library (over-rate work waits in the park with its eligible time);
+* ``celery``: Celery's own ``rate_limit=RATE`` (a token bucket in each
+  worker, per task type, not per key);
+* ``retry``: the recipe users write today: a ``RateLimiter`` per key in the
+  body, and ``self.retry(countdown=retry_after)`` when it refuses.
+
+Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_EVENTS_DIR``,
+``BENCH_READY_FILE``, ``BENCH_RATE``).  Events go to one file per process
+(lines ``task|retry|eta``), as in ``benchmarks.backlog_app``.
+"""
+
+# mypy: disable-error-code="untyped-decorator"
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import task_received, task_retry, worker_ready
+
+from celery_redislock import RateLimitedTask, RateLimiter
+
+URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+RATE = os.environ.get("BENCH_RATE", "50/s")
+TASK_SECONDS = 0.005
+
+app = Celery("rate", broker=URL, set_as_current=False)
+app.conf.update(
+    redislock_url=URL,
+    redislock_prefix="ratebench",
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    redislock_park_deadline=120.0,
+)
+
+_state: dict[str, Any] = {}
+
+
+def _process_state() -> dict[str, Any]:
+    """This process's event file and Redis client (opened after the fork)."""
+    pid = os.getpid()
+    if _state.get("pid") != pid:
+        directory = Path(os.environ.get("BENCH_EVENTS_DIR", "/tmp"))
+        _state.update(pid=pid, file=open(directory / f"{pid}.log", "a", buffering=1))  # noqa: SIM115
+        _state["redis"] = redis.Redis.from_url(URL)
+    return _state
+
+
+def _log(line: str) -> None:
+    _process_state()["file"].write(line + "\n")
+
+
+def _body(run: str, account: str, seq: int, sent: float) -> None:
+    start = time.time()
+    time.sleep(TASK_SECONDS)
+    _log(f"task {run} {account} {seq} {sent:.6f} {start:.6f}")
+    _process_state()["redis"].incr(f"ratebench:done:{run}")
+
+
+@app.task(base=RateLimitedTask, name="rate.park", rate_key="rate:{run}:{account}", rate=RATE)
+def park(run: str, account: str, seq: int, sent: float) -> None:
+    _body(run, account, seq, sent)
+
+
+@app.task(name="rate.celery", rate_limit=RATE)
+def celery_rate_limit(run: str, account: str, seq: int, sent: float) -> None:
+    _body(run, account, seq, sent)
+
+
+@app.task(bind=True, name="rate.retry", max_retries=None)
+def retry(self: Any, run: str, account: str, seq: int, sent: float) -> None:
+    limiter = RateLimiter(_process_state()["redis"], f"rate:{run}:{account}", rate=RATE,
+                          prefix="ratebench")  # fmt: skip
+    decision = limiter.try_acquire()
+    if not decision:
+        raise self.retry(countdown=decision.retry_after)
+    _body(run, account, seq, sent)
+
+
+TASKS = {"park": park, "celery": celery_rate_limit, "retry": retry}
+
+
+@task_retry.connect
+def _retried(**_: Any) -> None:
+    _log("retry")
+
+
+@task_received.connect
+def _received(request: Any = None, **_: Any) -> None:
+    if getattr(request, "eta", None):
+        _log("eta")
+
+
+@worker_ready.connect
+def _ready(**_: Any) -> None:
+    path = os.environ.get("BENCH_READY_FILE")
+    if path:
+        Path(path).write_text(str(os.getpid()))
