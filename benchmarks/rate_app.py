@@ -7,7 +7,10 @@ Three ways to hold a key to ``RATE`` starts a second, each a task of 5 ms:
 * ``celery``: Celery's own ``rate_limit=RATE`` (a token bucket in each
   worker, per task type, not per key);
 * ``retry``: the recipe users write today: a ``RateLimiter`` per key in the
-  body, and ``self.retry(countdown=retry_after)`` when it refuses.
+  body, and ``self.retry(countdown=retry_after)`` when it refuses;
+* ``timer``: the control, no limiter at all: the benchmark itself publishes
+  the heavy key's tasks on an exact ``RATE`` schedule, so its starts show
+  what the broker and the workers add to a perfect schedule.
 
 Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_EVENTS_DIR``,
 ``BENCH_READY_FILE``, ``BENCH_RATE``).  Events go to one file per process
@@ -87,7 +90,13 @@ def retry(self: Any, run: str, account: str, seq: int, sent: float) -> None:
     _body(run, account, seq, sent)
 
 
-TASKS = {"park": park, "celery": celery_rate_limit, "retry": retry}
+@app.task(name="rate.timer")
+def timer(run: str, account: str, seq: int, sent: float) -> None:
+    """The control: a plain task the benchmark publishes on an exact schedule."""
+    _body(run, account, seq, sent)
+
+
+TASKS = {"park": park, "celery": celery_rate_limit, "retry": retry, "timer": timer}
 
 
 @task_retry.connect

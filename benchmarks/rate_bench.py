@@ -35,7 +35,7 @@ from typing import Any
 from . import common
 from .worker import Worker
 
-CONTENDERS = ("park", "celery", "retry")
+CONTENDERS = ("timer", "park", "celery", "retry")
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,16 @@ def run_contender(url: str, contender: str, params: RateParams, admin: Any) -> d
         common.reset_stats(admin)
         cpu0 = common.server_cpu(admin)
         with rate_app.app.producer_or_acquire() as producer:
-            for seq in range(params.n):
-                task.apply_async((run, "heavy", seq, time.time()), queue=queue,
-                                 producer=producer)  # fmt: skip
+            if contender == "timer":  # the control: on schedule, light keys after it
+                t0 = time.monotonic()
+                for seq in range(params.n):
+                    common.sleep_until(t0 + seq / params.rate)
+                    task.apply_async((run, "heavy", seq, time.time()), queue=queue,
+                                     producer=producer)  # fmt: skip
+            else:
+                for seq in range(params.n):
+                    task.apply_async((run, "heavy", seq, time.time()), queue=queue,
+                                     producer=producer)  # fmt: skip
             for j in range(params.light_jobs):
                 for i in range(params.light_keys):
                     task.apply_async((run, f"light{i}", j, time.time()), queue=queue,

@@ -50,6 +50,7 @@ local PNAME = ARGV[1]
 local STALE_MEMORY_MS = 7 * 24 * 3600 * 1000  -- as the revoke records (parking.REVOKE_MEMORY)
 local CLAIMED_MEMORY_MS = 3600 * 1000  -- kombu's default visibility timeout
 local CLAIMED_KEPT = 10000
+local PROMOTION_LAG_US = 5000  -- a sweeper's wake-up and round trip, measured (docs/rate.md)
 
 local function rsv(id) return 'rsv.' .. id end
 
@@ -94,10 +95,15 @@ end
 -- Whether the name's rate (and pause) admits entry `e` now; with `take`,
 -- its units are taken when it does.  Returns admitted and, if not, the
 -- microseconds until it would be.  An entry without a rate only waits
--- for a pause.
-local function rate_admits(e, take)
+-- for a pause.  `parked`: `e` is parked work (promotion), whose schedule may
+-- be kept PROMOTION_LAG_US (at most half an interval) behind (see gcra()), so
+-- a backlog keeps its rate when a promotion runs a little after its due time
+-- (a sweeper's wake-up); an arriving start has none.
+local function rate_admits(e, take, parked)
   if e.interval > 0 then
-    return gcra(RATE, PAUSE, NOW_US, e.interval, e.burst, e.cost, take)
+    local lag = 0
+    if parked then lag = math.min(math.floor(e.interval / 2), PROMOTION_LAG_US) end
+    return gcra(RATE, PAUSE, NOW_US, e.interval, e.burst, e.cost, take, lag)
   end
   local paused = pause_left_us(PAUSE)
   if paused > 0 then return false, paused end
@@ -213,7 +219,7 @@ local function next_due(limit)
     if redis.call('ZCARD', HOLDERS) < limit then
       -- A slot is free: due now, unless the head waits for its rate or a pause.
       local head = redis.call('ZRANGE', PARK, 0, 0)[1]
-      local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false)
+      local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true)
       if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000)) end
     else
       local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
@@ -271,7 +277,7 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
     local unclaimed = max_publishes > 0 and e.publishes >= max_publishes
     if not expired and not unclaimed then
       -- The slot and the rate together: both are taken, or neither.
-      if not admissible(state, own) or not rate_admits(e, true) then break end
+      if not admissible(state, own) or not rate_admits(e, true, true) then break end
     end
     unpark(head)
     local reply

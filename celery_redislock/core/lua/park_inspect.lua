@@ -40,7 +40,7 @@ end
 local head_wait_ms = 0
 local head = redis.call('ZRANGE', PARK, 0, 0)[1]
 if head then
-  local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false)
+  local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true)
   if not ok then head_wait_ms = math.ceil(wait_us / 1000) end
 end
 local pause_ms = math.max(redis.call('PTTL', PAUSE), 0)

@@ -11,6 +11,6 @@
 --- @include rate_common.lua
 
 local ok, wait = gcra(KEYS[1], KEYS[2], now_us(), tonumber(ARGV[1]), tonumber(ARGV[2]),
-  tonumber(ARGV[3]), ARGV[4] == '1')
+  tonumber(ARGV[3]), ARGV[4] == '1', 0)
 if ok then return {1, 0} end
 return {0, wait}

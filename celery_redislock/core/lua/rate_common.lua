@@ -9,7 +9,8 @@
 --   max(TAT, now) + c * interval - burst * interval <= now
 -- (interval: period / count), and then TAT becomes max(TAT, now) + c * interval.
 -- So at most `burst` start back to back, and over any window of length w at
--- most burst + w / interval units start.  All times are Redis TIME.
+-- most burst + w / interval units start (plus lag / interval when the schedule
+-- is kept behind, see gcra()).  All times are Redis TIME.
 
 local function now_us()
   local t = redis.call('TIME')
@@ -34,11 +35,14 @@ end
 
 -- Whether a start of `cost` conforms at `now`; if it does and `take` is
 -- true, it is taken.  Returns admitted (true/false) and, when not admitted,
--- the microseconds until it would be (the pause included).
-local function gcra(rate_key, pause_key, now, interval, burst, cost, take)
+-- the microseconds until it would be (the pause included).  `lag` (us, 0 for
+-- a start that arrives) is how far behind `now` the schedule may be kept: a
+-- parked backlog promoted up to `lag` after its due time takes its units at
+-- that due time, so the next is not pushed back by the promotion's own delay.
+local function gcra(rate_key, pause_key, now, interval, burst, cost, take, lag)
   local paused = pause_left_us(pause_key)
   local tat = tonumber(redis.call('GET', rate_key) or '0')
-  if tat < now then tat = now end
+  if tat < now - lag then tat = now - lag end
   local new_tat = tat + interval * cost
   local wait = new_tat - interval * burst - now
   if paused > wait then wait = paused end
