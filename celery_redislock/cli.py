@@ -57,6 +57,7 @@ from .cli_target import (
 from .core import liveness
 from .core.inspection import Snapshot, force_release, inspect_names, snapshot
 from .core.keys import LeaseKeys
+from .core.park import wake
 from .core.rate import RateLimiter
 
 __all__ = ["redislock"]
@@ -157,11 +158,12 @@ def pause(target: Target, name: str, seconds: float) -> None:
 @click.argument("name")
 @connection_options
 def resume(target: Target, name: str) -> None:
-    """End the pause of NAME at once."""
+    """End the pause of NAME at once: its parked tasks are promoted now."""
     limiter = _limiter(target, name)
     with redis_errors(target):
         left = limiter.paused_for()
         limiter.resume()
+        wake(target.client, target.prefix, name)  # its parked work goes on now
     click.echo(f"resumed {name!r}" + (f" ({left:g} s of pause were left)" if left else ""))
 
 

@@ -15,7 +15,8 @@ exception in a receiver is logged, never raised into the task.
                    re-run)
 ``lock_released``  the lock/slot was given back.  kwargs: ``task_id``,
                    ``name``, ``token``, ``kind``, ``reason`` (``"finished"``,
-                   ``"retry"``, or for clean-up by the worker's main process
+                   ``"retry"``, ``"paused"`` (``redislock_pause``), or for
+                   clean-up by the worker's main process
                    ``"worker lost"``, ``"terminated"``, ``"time limit"``),
                    ``held`` (whether Redis still had it)
 ``lock_lost``      the heartbeat found the lease gone while the task ran
@@ -24,7 +25,8 @@ exception in a receiver is logged, never raised into the task.
 ``lock_parked``    policy ``park`` stored a task in its name's park list
                    instead of running or publishing it.  kwargs:
                    ``task_id``, ``name``, ``kind``, ``where`` (``"enqueue"``
-                   in the caller, ``"arrive"`` in a worker), ``parked``
+                   in the caller, ``"arrive"`` in a worker, ``"pause"`` for a
+                   run that called ``redislock_pause``), ``parked``
                    (park list length after it)
 ``lock_dropped``   policy ``park`` gave up a parked or promoted task that never
                    ran (its final state is set: ``REVOKED``, or ``FAILURE``
@@ -37,7 +39,7 @@ exception in a receiver is logged, never raised into the task.
                    refused by another policy.  kwargs: ``task_id``,
                    ``name``, ``kind``, ``retry_after`` (seconds until the
                    rate admits it), ``where`` (``"enqueue"``, ``"arrive"``,
-                   ``"run"``)
+                   ``"run"``, ``"pause"``)
 =================  ===========================================================
 """
 

@@ -45,6 +45,7 @@ from .scripts import (
     PARK_INSPECT,
     PARK_PROMOTE,
     PARK_RELEASE,
+    PARK_WAKE,
     LuaScript,
     text,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "Verdict",
     "due_names",
     "indexed_names",
+    "wake",
 ]
 
 #: reservations one promotion call hands out at most
@@ -339,6 +341,12 @@ def due_names(
     reply = PARK_DUE(client, [park_index(prefix)], [count, _ms(hold)])
     next_ms = int(reply[0])
     return [text(raw) for raw in reply[1:]], None if next_ms < 0 else next_ms / 1000
+
+
+def wake(client: Any, prefix: str, name: str) -> bool:
+    """Have the sweepers look at ``name`` now (its pause was lifted); returns
+    whether it has parked or in-flight work (``park_wake.lua``)."""
+    return bool(int(PARK_WAKE(client, [park_index(prefix)], [name])))
 
 
 def indexed_names(client: Any, prefix: str) -> list[str]:

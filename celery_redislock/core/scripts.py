@@ -35,6 +35,7 @@ __all__ = [
     "PARK_INSPECT",
     "PARK_PROMOTE",
     "PARK_RELEASE",
+    "PARK_WAKE",
     "RATE_ACQUIRE",
     "RATE_PAUSE",
     "REFRESH",
@@ -126,6 +127,7 @@ PARK_RELEASE = _script("park_release.lua")
 PARK_DROP = _script("park_drop.lua")
 PARK_INSPECT = _script("park_inspect.lua")
 PARK_DUE = _script("park_due.lua")
+PARK_WAKE = _script("park_wake.lua")
 RATE_ACQUIRE = _script("rate_acquire.lua")
 RATE_PAUSE = _script("rate_pause.lua")
 LIVE_REGISTER = _script("live_register.lua")

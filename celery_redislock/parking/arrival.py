@@ -22,6 +22,7 @@ from celery.exceptions import Ignore
 from ..core.leaseset import LeaseSet
 from ..core.owners import new_owner
 from ..core.park import Admission, Parking, Verdict
+from ..core.rate import RateLimiter
 from ..options import HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from .message import envelope_of_request, expires_in, json_dumps
@@ -105,5 +106,10 @@ def back_to_the_head(
         expires_in(envelope["headers"], task.app), seconds, task.name,
         task.redislock_rate(args, kwargs),
     )  # fmt: skip
-    announce_parked(task, request.id, lease_set.name, "pause", admission)
+    if admission.verdict is Verdict.PARKED:
+        announce_parked(task, request.id, lease_set.name, "pause", admission)
+    else:  # a copy of this task is parked or in flight already: it is the one that runs
+        RateLimiter(lease_set.client, lease_set.name, prefix=lease_set.keys.prefix).pause(seconds)
+        log.info("%s[%s] paused %r; a copy of it is already %s", task.name, request.id,
+                 lease_set.name, admission.reason)  # fmt: skip
     return StillPending()

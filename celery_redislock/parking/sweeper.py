@@ -80,26 +80,41 @@ class Sweeper:
 
     def _run(self) -> None:
         wait = self.interval
-        while not self._stop.is_set():
-            self._sleep(wait)
-            if self._stop.is_set():
-                break
-            try:
-                next_in = self._sweep()[1]
-            except Exception as exc:
-                log.error("park sweeper: %r (retrying next interval)", exc)
-                wait = self.interval
-                continue
-            wait = self.interval if next_in is None else min(max(next_in, 0.001), self.interval)
+        try:
+            while not self._stop.is_set():
+                self._sleep(wait)
+                if self._stop.is_set():
+                    break
+                try:
+                    published, next_in = self._sweep()
+                except Exception as exc:
+                    log.error("park sweeper: %r (retrying next interval)", exc)
+                    wait = self.interval
+                    continue
+                wait = self._next_wait(published, next_in)
+        finally:
+            self._close_channel()
+
+    def _next_wait(self, published: int, next_in: float | None) -> float:
+        """Until the index's earliest time, at most one interval.  A name that is
+        due again at once though this sweep published nothing (its head waits
+        for a holder of a lower limit) is looked at after one interval, not in
+        a loop."""
+        if next_in is None or (published == 0 and next_in < 0.005):
+            return self.interval
+        return min(max(next_in, 0.001), self.interval)
 
     def _sleep(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less if a park call publishes a sooner time."""
+        """Sleep ``seconds``, or less if a park call publishes a sooner time or
+        the sweeper is stopped (checked every quarter of a second)."""
         try:
             channel = self._listen()
             if channel is not None:
                 deadline = time.monotonic() + seconds
-                while (left := deadline - time.monotonic()) > 0:
-                    if channel.get_message(ignore_subscribe_messages=True, timeout=left):
+                while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+                    message = channel.get_message(ignore_subscribe_messages=True,
+                                                  timeout=min(left, 0.25))  # fmt: skip
+                    if message:
                         return
                 return
         except Exception as exc:  # a lost connection: sleep plainly, listen again next time
@@ -139,7 +154,6 @@ def start_sweeper(app: Any) -> None:
 def stop_sweepers() -> None:
     for sweeper in list(_SWEEPERS.values()):
         sweeper.stop()
-        sweeper._close_channel()
     _SWEEPERS.clear()
 
 

@@ -197,6 +197,39 @@ def test_a_task_told_to_back_off_pauses_its_key_and_runs_again_first(
     assert first.result == 0 and app.recorder.events("rated_backoff", key)[0]["retries"] == 0
 
 
+def cli(app: Any, *args: str) -> str:
+    """``celery redislock ARGS`` against the test app's Redis and prefix."""
+    from celery.bin.celery import celery as celery_main
+    from click.testing import CliRunner
+
+    base = ["redislock", "--url", app.conf.redislock_url, "--prefix", app.conf.redislock_prefix]
+    result = CliRunner().invoke(celery_main, [*base, *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return str(result.output)
+
+
+def test_a_pause_during_a_backlog_holds_it_and_resume_lets_it_go_at_once(
+    app: Any, worker: Any, key: str
+) -> None:
+    """``celery redislock pause`` in the middle of a backlog: nothing of the key
+    starts while it runs (promotions already in flight go back to the park at
+    their claim); ``resume`` lets the backlog go on at once, not at the end
+    the pause would have had."""
+    task = app.tasks["basic.rated"]
+    results = [task.delay(key, n) for n in range(10)]
+    wait_for(lambda: len(starts(app, "rated", key)) >= 3, 60, message="three started")
+    paused_at = redis_now(app)
+    assert "paused 'rate:" in cli(app, "pause", f"rate:{key}", "600")
+    wait_for(lambda: redis_now(app) > paused_at + 2, 10, message="two seconds of pause")
+    during = [e for e in starts(app, "rated", key) if e["t"] > paused_at + 0.5]
+    assert during == [], "a task of the key started during the pause"
+    before = len(starts(app, "rated", key))
+    assert "resumed 'rate:" in cli(app, "resume", f"rate:{key}")
+    for r in results:
+        r.get(timeout=60)  # within a minute: the pause of ten would have held them
+    assert len(starts(app, "rated", key)) == 10 > before
+
+
 def test_rate_parked_work_survives_a_worker_killed_while_it_is_due(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory, key: str
 ) -> None:

@@ -142,5 +142,6 @@ def test_an_idle_name_leaves_no_key(redis_client: Any, prefix: str, name: str) -
     limiter = RateLimiter(redis_client, name, rate="20/s", burst=2, prefix=prefix)
     assert limiter.try_acquire() and limiter.try_acquire()
     assert f"{{{name}}}" in limiter.keys.rate  # one cluster slot per name
-    assert 0 < redis_client.pttl(limiter.keys.rate) <= 101
+    # The key outlives the arrival time by the 5 ms a parked backlog's schedule may lag.
+    assert 0 < redis_client.pttl(limiter.keys.rate) <= 106
     wait_for(lambda: redis_client.exists(limiter.keys.rate) == 0, 5, message="key expired")

@@ -25,7 +25,7 @@ from celery_redislock.core.fencing import FencedResource
 from celery_redislock.core.heartbeat import HEARTBEAT
 from celery_redislock.core.inspection import inspect_names
 from celery_redislock.core.keys import LeaseKeys
-from celery_redislock.core.park import ParkConfig, Parking, due_names
+from celery_redislock.core.park import ParkConfig, Parking, due_names, wake
 from celery_redislock.core.replication import acknowledged_by
 from tests.waiting import wait_for
 
@@ -122,6 +122,7 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     park.status(count=10)
     park.drop("t2")
     due_names(redis_client, prefix)
+    wake(redis_client, prefix, f"{name}-p")
 
     limiter = RateLimiter(redis_client, name, rate="10/s", burst=2, prefix=prefix)
     assert limiter.try_acquire(2) and not limiter.peek()

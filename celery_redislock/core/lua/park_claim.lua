@@ -15,8 +15,8 @@
 -- ARGV[8] task      its task name (kept with the entry if it goes back)
 -- Returns {"held", fencing_token, due} | {"parked", 0, due} (the name is full
 -- for this task's own limit: its reservation had lapsed, or the holders
--- already there reach its limit; the task goes back to its place at the head
--- of the park list) | {"drop", fate, due} for a token no longer in flight,
+-- already there reach its limit, or the name is paused; the task goes back to
+-- its place at the head of the park list) | {"drop", fate, due} for a token no longer in flight,
 -- fate "stale" (superseded: that copy never runs), "claimed" (a copy of a
 -- claimed promotion: a duplicate, or the broker giving the message back after
 -- the delivery that claimed it died; the caller tells them apart by the
@@ -42,7 +42,9 @@ local state = holder_state()
 -- Checked even with the reservation in hand: it was taken with the limit of
 -- whoever promoted (another task name sharing the key, a limit changed since),
 -- and no holder may share the name with more holders than its own limit allows.
-if not admissible(state, limit) then
+-- A pause that began after the promotion holds it too: nothing of the key
+-- starts before the pause ends.
+if not admissible(state, limit) or pause_left_us(PAUSE) > 0 then
   supersede(id, token)  -- it gets a new token when promoted again
   e.limit, e.task = limit, ARGV[8]
   park(id, e)

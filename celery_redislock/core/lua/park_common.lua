@@ -50,7 +50,6 @@ local PNAME = ARGV[1]
 local STALE_MEMORY_MS = 7 * 24 * 3600 * 1000  -- as the revoke records (parking.REVOKE_MEMORY)
 local CLAIMED_MEMORY_MS = 3600 * 1000  -- kombu's default visibility timeout
 local CLAIMED_KEPT = 10000
-local PROMOTION_LAG_US = 5000  -- a sweeper's wake-up and round trip, measured (docs/rate.md)
 
 local function rsv(id) return 'rsv.' .. id end
 
@@ -96,13 +95,13 @@ end
 -- its units are taken when it does.  Returns admitted and, if not, the
 -- microseconds until it would be.  An entry without a rate only waits
 -- for a pause.  `parked`: `e` is parked work (promotion), whose schedule may
--- be kept PROMOTION_LAG_US (at most half an interval) behind (see gcra()), so
+-- be kept SCHEDULE_LAG_US (at most half an interval) behind (see gcra()), so
 -- a backlog keeps its rate when a promotion runs a little after its due time
 -- (a sweeper's wake-up); an arriving start has none.
 local function rate_admits(e, take, parked)
   if e.interval > 0 then
     local lag = 0
-    if parked then lag = math.min(math.floor(e.interval / 2), PROMOTION_LAG_US) end
+    if parked then lag = math.min(math.floor(e.interval / 2), SCHEDULE_LAG_US) end
     return gcra(RATE, PAUSE, NOW_US, e.interval, e.burst, e.cost, take, lag)
   end
   local paused = pause_left_us(PAUSE)
@@ -243,10 +242,9 @@ local function next_due(limit)
       -- sooner (a rate spacing promotions, a parked task's due time) wakes
       -- them through WAKE, so a promotion is not late by a sweep interval.
       local first = redis.call('ZRANGE', INDEX, 0, 0, 'WITHSCORES')
-      if due > NOW_MS and (not first[2] or due < tonumber(first[2])) then
-        redis.call('PUBLISH', INDEX .. ':wake', due)
-      end
+      local sooner = due > NOW_MS and (not first[2] or due < tonumber(first[2]))
       redis.call('ZADD', INDEX, due, PNAME)
+      if sooner then redis.call('PUBLISH', INDEX .. ':wake', due) end
     end
   end
   return due

@@ -12,6 +12,10 @@
 -- most burst + w / interval units start (plus lag / interval when the schedule
 -- is kept behind, see gcra()).  All times are Redis TIME.
 
+-- How far behind a parked backlog's schedule may be kept (see gcra()); the
+-- rate key outlives its TAT by as much, so a late promotion still reads it.
+local SCHEDULE_LAG_US = 5000
+
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -49,7 +53,7 @@ local function gcra(rate_key, pause_key, now, interval, burst, cost, take, lag)
   if wait > 0 then return false, math.ceil(wait) end
   if take then
     redis.call('SET', rate_key, string.format('%.0f', new_tat),
-      'PX', math.ceil((new_tat - now) / 1000) + 1)
+      'PX', math.ceil((new_tat - now + SCHEDULE_LAG_US) / 1000) + 1)
   end
   return true, 0
 end
