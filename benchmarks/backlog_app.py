@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
-import redis
 from celery import Celery
-from celery.signals import task_received, task_retry, worker_ready
 
 from celery_redislock import SemaphoreTask
+
+from . import task_events
 
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 LIMIT = 5
@@ -45,16 +44,13 @@ app.conf.update(
     redislock_park_deadline=120.0,
 )
 
-_state: dict[str, Any] = {}
-
 
 def _log(line: str) -> None:
-    pid = os.getpid()
-    if _state.get("pid") != pid:
-        directory = Path(os.environ.get("BENCH_EVENTS_DIR", "/tmp"))
-        _state.update(pid=pid, file=open(directory / f"{pid}.log", "a", buffering=1))  # noqa: SIM115
-        _state["redis"] = redis.Redis.from_url(URL)
-    _state["file"].write(line + "\n")
+    task_events.log(URL, line)
+
+
+def _redis() -> Any:
+    return task_events.process_state(URL)["redis"]
 
 
 def _body(run: str, account: str, seq: int, sent: float) -> None:
@@ -62,7 +58,7 @@ def _body(run: str, account: str, seq: int, sent: float) -> None:
     time.sleep(TASK_SECONDS)
     end = time.time()
     _log(f"task {run} {account} {seq} {sent:.6f} {start:.6f} {end:.6f}")
-    _state["redis"].incr(f"backlog:done:{run}")
+    _redis().incr(f"backlog:done:{run}")
 
 
 def _task(policy: str) -> Any:
@@ -95,27 +91,11 @@ def relay(run: str, account: str, seq: int, sent: float) -> None:
     and one publish per completion (the benchmark seeds ``relay:next:<run>``)."""
     _body(run, account, seq, sent)
     if account == "heavy":
-        following = int(_state["redis"].incr(f"relay:next:{run}"))
-        if following < int(_state["redis"].get(f"relay:n:{run}") or 0):
+        following = int(_redis().incr(f"relay:next:{run}"))
+        if following < int(_redis().get(f"relay:n:{run}") or 0):
             relay.apply_async((run, account, following, sent), queue=f"backlog-{run}")
 
 
 TASKS.update(control=control, relay=relay)
 
-
-@task_retry.connect
-def _retried(**_: Any) -> None:
-    _log("retry")
-
-
-@task_received.connect
-def _received(request: Any = None, **_: Any) -> None:
-    if getattr(request, "eta", None):
-        _log("eta")
-
-
-@worker_ready.connect
-def _ready(**_: Any) -> None:
-    path = os.environ.get("BENCH_READY_FILE")
-    if path:
-        Path(path).write_text(str(os.getpid()))
+task_events.record_retries_and_etas(URL)

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
-import redis
 from celery import Celery
-from celery.signals import task_received, task_retry, worker_ready
 
 from celery_redislock import RateLimitedTask, RateLimiter
+
+from . import task_events
 
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 RATE = os.environ.get("BENCH_RATE", "50/s")
@@ -46,28 +45,20 @@ app.conf.update(
     redislock_park_deadline=120.0,
 )
 
-_state: dict[str, Any] = {}
-
-
-def _process_state() -> dict[str, Any]:
-    """This process's event file and Redis client (opened after the fork)."""
-    pid = os.getpid()
-    if _state.get("pid") != pid:
-        directory = Path(os.environ.get("BENCH_EVENTS_DIR", "/tmp"))
-        _state.update(pid=pid, file=open(directory / f"{pid}.log", "a", buffering=1))  # noqa: SIM115
-        _state["redis"] = redis.Redis.from_url(URL)
-    return _state
-
 
 def _log(line: str) -> None:
-    _process_state()["file"].write(line + "\n")
+    task_events.log(URL, line)
+
+
+def _redis() -> Any:
+    return task_events.process_state(URL)["redis"]
 
 
 def _body(run: str, account: str, seq: int, sent: float) -> None:
     start = time.time()
     time.sleep(TASK_SECONDS)
     _log(f"task {run} {account} {seq} {sent:.6f} {start:.6f}")
-    _process_state()["redis"].incr(f"ratebench:done:{run}")
+    _redis().incr(f"ratebench:done:{run}")
 
 
 @app.task(base=RateLimitedTask, name="rate.park", rate_key="rate:{run}:{account}", rate=RATE)
@@ -82,7 +73,7 @@ def celery_rate_limit(run: str, account: str, seq: int, sent: float) -> None:
 
 @app.task(bind=True, name="rate.retry", max_retries=None)
 def retry(self: Any, run: str, account: str, seq: int, sent: float) -> None:
-    limiter = RateLimiter(_process_state()["redis"], f"rate:{run}:{account}", rate=RATE,
+    limiter = RateLimiter(_redis(), f"rate:{run}:{account}", rate=RATE,
                           prefix="ratebench")  # fmt: skip
     decision = limiter.try_acquire()
     if not decision:
@@ -98,20 +89,4 @@ def timer(run: str, account: str, seq: int, sent: float) -> None:
 
 TASKS = {"park": park, "celery": celery_rate_limit, "retry": retry, "timer": timer}
 
-
-@task_retry.connect
-def _retried(**_: Any) -> None:
-    _log("retry")
-
-
-@task_received.connect
-def _received(request: Any = None, **_: Any) -> None:
-    if getattr(request, "eta", None):
-        _log("eta")
-
-
-@worker_ready.connect
-def _ready(**_: Any) -> None:
-    path = os.environ.get("BENCH_READY_FILE")
-    if path:
-        Path(path).write_text(str(os.getpid()))
+task_events.record_retries_and_etas(URL)

@@ -157,15 +157,8 @@ class ParkKeys(LeaseKeys):
 
 
 @dataclass(frozen=True)
-class RateKeys:
-    """The keys of one name's rate limit (same hash tag as its lease set)."""
-
-    prefix: str
-    name: str
-
-    @property
-    def base(self) -> str:
-        return f"{self.prefix}:{{{self.name}}}"
+class RateKeys(LeaseKeys):
+    """The keys of one name's rate limit, beside its lease set (same hash tag)."""
 
     @property
     def rate(self) -> str:

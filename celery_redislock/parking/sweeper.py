@@ -96,11 +96,11 @@ class Sweeper:
             self._close_channel()
 
     def _next_wait(self, published: int, next_in: float | None) -> float:
-        """Until the index's earliest time, at most one interval.  A name that is
-        due again at once though this sweep published nothing (its head waits
-        for a holder of a lower limit) is looked at after one interval, not in
-        a loop."""
-        if next_in is None or (published == 0 and next_in < 0.005):
+        """Until the index's earliest time, at most one interval.  When a name
+        is due *now* again though this sweep published nothing (its head waits
+        for a holder of a lower limit), it is looked at after one interval, not
+        in a loop; a time to come (a rate's next slot) is slept to exactly."""
+        if next_in is None or (published == 0 and next_in <= 0):
             return self.interval
         return min(max(next_in, 0.001), self.interval)
 

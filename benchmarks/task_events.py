@@ -1,0 +1,55 @@
+"""What the Celery benchmark apps' task bodies and signals record, in one place.
+
+Each process appends lines to ``<BENCH_EVENTS_DIR>/<pid>.log`` (not to Redis,
+so the Redis command counts are the library's and the broker's), and gets a
+Redis client of its own after the fork.  ``record_retries_and_etas`` logs a
+``retry`` line per retry and an ``eta`` line per message received with an
+ETA, and writes ``BENCH_READY_FILE`` when the worker is ready.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery.signals import task_received, task_retry, worker_ready
+
+__all__ = ["log", "process_state", "record_retries_and_etas"]
+
+_state: dict[str, Any] = {}
+
+
+def process_state(url: str) -> dict[str, Any]:
+    """This process's event file (``file``) and Redis client (``redis``)."""
+    pid = os.getpid()
+    if _state.get("pid") != pid:
+        directory = Path(os.environ.get("BENCH_EVENTS_DIR", "/tmp"))
+        _state.update(pid=pid, file=open(directory / f"{pid}.log", "a", buffering=1))  # noqa: SIM115
+        _state["redis"] = redis.Redis.from_url(url)
+    return _state
+
+
+def log(url: str, line: str) -> None:
+    process_state(url)["file"].write(line + "\n")
+
+
+def record_retries_and_etas(url: str) -> None:
+    """Connect the receivers (once per app module)."""
+
+    def retried(**_: Any) -> None:
+        log(url, "retry")
+
+    def received(request: Any = None, **_: Any) -> None:
+        if getattr(request, "eta", None):
+            log(url, "eta")
+
+    def ready(**_: Any) -> None:
+        path = os.environ.get("BENCH_READY_FILE")
+        if path:
+            Path(path).write_text(str(os.getpid()))
+
+    task_retry.connect(retried, weak=False)
+    task_received.connect(received, weak=False)
+    worker_ready.connect(ready, weak=False)
