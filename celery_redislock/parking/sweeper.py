@@ -36,7 +36,7 @@ log = logging.getLogger("celery_redislock")
 
 
 class Sweeper:
-    """A daemon thread that runs :meth:`sweep_once` when a name is due."""
+    """A daemon thread that sweeps when a name is due (see the module docstring)."""
 
     def __init__(self, app: Any, interval: float | None = None) -> None:
         self.app = app
@@ -57,10 +57,6 @@ class Sweeper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
-
-    def sweep_once(self) -> int:
-        """One sweep; returns how many messages it published."""
-        return self._sweep()[0]
 
     def _sweep(self) -> tuple[int, float | None]:
         """Promote the due names; returns how many messages were published and
