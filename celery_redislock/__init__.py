@@ -19,6 +19,7 @@ from .core.heartbeat import HEARTBEAT
 from .core.lease import Lease
 from .core.leaseset import Holder, Waiter
 from .core.lock import RedisLock
+from .core.override import Override, Overrides
 from .core.rate import RateDecision, RateLimiter
 from .core.semaphore import FairSemaphore
 from .parking import PARKED, PROMOTED, ParkFull, ParkUnclaimed
@@ -41,6 +42,8 @@ __all__ = [
     "LockedTask",
     "NotOwned",
     "NotReplicated",
+    "Override",
+    "Overrides",
     "ParkFull",
     "ParkUnclaimed",
     "RateDecision",

@@ -10,6 +10,9 @@ point, so it reads the same app configuration as the workers::
     celery -A proj redislock release report:42 --owner <owner> --force
     celery -A proj redislock pause api:acme 30      # no task of the key starts for 30 s
     celery -A proj redislock resume api:acme
+    celery -A proj redislock limit set account:42 --limit 20 --rate 500/m
+    celery -A proj redislock limit clear account:42  # back to the code's values
+    celery -A proj redislock limit show              # every override in force
 
 The Redis and key prefix are the app's ``redislock_url`` (default: its Redis
 broker) and ``redislock_prefix``; ``--url``, ``--prefix`` and
@@ -57,8 +60,9 @@ from .cli_target import (
 from .core import liveness
 from .core.inspection import Snapshot, force_release, inspect_names, snapshot
 from .core.keys import LeaseKeys
+from .core.override import Overrides, overridden_names
 from .core.park import wake
-from .core.rate import RateLimiter
+from .core.rate import RateLimiter, parse_rate
 
 __all__ = ["redislock"]
 
@@ -165,6 +169,73 @@ def resume(target: Target, name: str) -> None:
         limiter.resume()
         wake(target.client, target.prefix, name)  # its parked work goes on now
     click.echo(f"resumed {name!r}" + (f" ({left:g} s of pause were left)" if left else ""))
+
+
+@redislock.group(name="limit", cls=OneLineGroup)
+def limit() -> None:
+    """Override a key's limit or rate at run time (stored in Redis, no deploy)."""
+
+
+@limit.command(name="set")
+@click.argument("name")
+@click.option("--limit", "slots", type=click.IntRange(min=1),
+              help="Runs at once (semaphores; a lock stays exclusive).")  # fmt: skip
+@click.option("--rate", help='Starts per period: "500/m", "20/s", or a number per second.')
+@click.option("--burst", type=click.IntRange(min=1), help="Starts back to back (with --rate; 1).")
+@connection_options
+def limit_set(
+    target: Target, name: str, slots: int | None, rate: str | None, burst: int | None
+) -> None:
+    """Override NAME's limit and/or rate for every worker and producer, at once;
+    what is not given stays as it is.  See docs/rate.md, "Changing a key's limits"."""
+    if slots is None and rate is None:
+        raise Mistake("give --limit, --rate or both")
+    if burst is not None and rate is None:
+        raise Mistake("--burst goes with --rate")
+    try:
+        parsed = None if rate is None else parse_rate(rate, "--rate")
+    except (TypeError, ValueError) as exc:
+        raise Mistake(str(exc)) from None
+    overrides = _overrides(target, name)
+    with redis_errors(target):
+        now = overrides.set(limit=slots, rate=parsed, burst=burst or 1)
+    click.echo(f"{name!r} runs by: {now}")
+
+
+@limit.command(name="clear")
+@click.argument("name")
+@click.option("--only", type=click.Choice(["limit", "rate"]), help="Clear only this one.")
+@connection_options
+def limit_clear(target: Target, name: str, only: str | None) -> None:
+    """Back to the values in the code for NAME (or only its limit or rate)."""
+    overrides = _overrides(target, name)
+    with redis_errors(target):
+        now = overrides.clear(only or "all")
+    click.echo(f"{name!r} runs by: {now or 'the values in the code'}")
+
+
+@limit.command(name="show")
+@click.argument("names", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@connection_options
+def limit_show(target: Target, names: tuple[str, ...], as_json: bool) -> None:
+    """The overrides in force: of NAMES, or every one (SCAN, never KEYS)."""
+    with redis_errors(target):
+        listed = list(names) or overridden_names(target.client, target.prefix)
+        rows = {name: _overrides(target, name).get() for name in listed}
+    if as_json:
+        body = {n: {"limit": o.limit, "rate": o.rate and str(o.rate), "burst": o.burst}
+                for n, o in rows.items()}  # fmt: skip
+        click.echo(json.dumps(body, indent=2, sort_keys=True))
+    else:
+        click.echo("\n".join(f"{n}  {o}" for n, o in rows.items()) or "no overrides")
+
+
+def _overrides(target: Target, name: str) -> Overrides:
+    try:
+        return Overrides(target.client, name, prefix=target.prefix)
+    except (TypeError, ValueError) as exc:
+        raise Mistake(f"bad NAME {name!r}: {exc}") from None
 
 
 def _limiter(target: Target, name: str) -> RateLimiter:

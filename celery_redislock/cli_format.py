@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .core.inspection import LeaseSetState, Snapshot, task_id_of
+from .core.rate import Rate
 
 __all__ = ["format_parked", "format_snapshot", "who"]
 
@@ -34,15 +35,29 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}s"
 
 
+def _rate(rate: Rate | None, burst: int) -> str:
+    """A rate per second, per minute or per hour, whichever reads as a number >= 1."""
+    if rate is None:
+        return ""
+    per, unit = rate.per_second, "s"
+    for factor, bigger in ((60, "m"), (60, "h")):
+        if per >= 1:
+            break
+        per, unit = per * factor, bigger
+    return f", rate {per:.4g}/{unit}" + (f" burst {burst}" if burst > 1 else "")
+
+
 def format_parked(rows: Iterable[Any], entries: bool = False) -> list[str]:
     lines = []
     for r in rows:
         timing = (f", paused {_age(r.paused_for)}" if r.paused_for else "") + (
             f", next due in {r.head_due_in:.3f}s" if r.head_due_in else ""
         )
+        limit = f", limit {r.limit}" if r.limit else ""
         lines.append(
             f"{r.name}  [parked]  {r.parked} parked (oldest {_age(r.oldest_age)}), "
-            f"{r.in_flight} promoted not yet arrived, {r.overdue} overdue{timing}"
+            f"{r.in_flight} promoted not yet arrived, {r.overdue} overdue{limit}"
+            f"{_rate(r.rate, r.burst)}{timing}"
         )
         for e in r.entries if entries else ():
             lines.append(f"  {e['task_id']}  {e['task']}{e['argsrepr'] or ''}  {_age(e['age'])}")

@@ -15,7 +15,14 @@ from .core.lock import RedisLock
 from .core.semaphore import FairSemaphore
 from .settings import client_for
 
-__all__ = ["lease_set_for"]
+__all__ = ["lease_set_for", "script_limit"]
+
+
+def script_limit(task: Any, limit: int) -> int:
+    """``limit`` of a call of ``task`` as the park scripts take it: negative for
+    a ``LockedTask`` (fixed: a run-time override never shares a lock), as
+    :attr:`LeaseSet.script_limit <celery_redislock.core.leaseset.LeaseSet.script_limit>`."""
+    return -limit if task._redislock_kind == "lock" else limit
 
 
 def lease_set_for(

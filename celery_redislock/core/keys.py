@@ -9,6 +9,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:queue     ZSET  waiting owner -> arrival
     <prefix>:{<name>}:qinfo     HASH  waiting owner -> wait lease, ttl, limit, meta
     <prefix>:{<name>}:wake:<owner>  LIST  hand-off signal for one waiter
+    <prefix>:{<name>}:override  HASH  run-time overrides of the limit and rate (override.py)
     <prefix>:{<name>}:enqueued  STR   lock_dedupe marker (dedupe.lua)
     <prefix>:{<name>}:rate      STR   the rate's theoretical arrival time (rate_common.lua)
     <prefix>:{<name>}:pause     STR   present while starts of the name are paused
@@ -107,12 +108,17 @@ class LeaseKeys:
         return self.wake_prefix + owner
 
     @property
+    def override(self) -> str:
+        return f"{self.base}:override"
+
+    @property
     def dedupe_marker(self) -> str:
         return f"{self.base}:enqueued"
 
     def script_keys(self) -> list[str]:
         """KEYS of acquire/release/inspect, in the order common.lua documents."""
-        return [self.holders, self.info, self.fence, self.queue, self.qinfo, self.wake_prefix]
+        return [self.holders, self.info, self.fence, self.queue, self.qinfo, self.wake_prefix,
+                self.override]  # fmt: skip
 
     @classmethod
     def parse(cls, key: str) -> LeaseKeys | None:

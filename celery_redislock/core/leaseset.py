@@ -97,6 +97,10 @@ class LeaseSet(LeaseSetAdmission):
 
     _default_blocking_timeout: float | None = None
 
+    #: a fixed limit is one no run-time override changes (a lock's); see
+    #: :attr:`script_limit` and :mod:`celery_redislock.core.override`
+    fixed_limit: bool = False
+
     #: the heartbeat that renews this set's leases: one per process, shared by
     #: every lease set; a test (or an embedding) may give a subclass or an
     #: instance a ``Heartbeat()`` of its own.
@@ -152,9 +156,17 @@ class LeaseSet(LeaseSetAdmission):
         # visible share of an uncontended acquire/release cycle.
         self._script_keys: list[bytes] = [k.encode() for k in self.keys.script_keys()]
         self._constant_args = tuple(
-            str(n).encode() for n in (limit, int(self.ttl * 1000), int(WAIT_LEASE * 1000))
+            str(n).encode()
+            for n in (self.script_limit, int(self.ttl * 1000), int(WAIT_LEASE * 1000))
         )
         self._lease: Lease | None = None
+
+    @property
+    def script_limit(self) -> int:
+        """The limit as the scripts take it: negative when fixed (see
+        ``limit_of()`` in common.lua), so a run-time override of the name
+        changes a semaphore's limit and never a lock's."""
+        return -self.limit if self.fixed_limit else self.limit
 
     # -- state --------------------------------------------------------------
 

@@ -79,13 +79,15 @@ def _split_entry(entry: str, fields: int) -> tuple[list[str], int, str]:
     """An info/qinfo entry as (its leading fields, limit, meta).
 
     Every entry is ``fields`` numeric fields, the limit, then the meta (which
-    may contain ":"), separated by ":" (see ``lua/common.lua``).  ValueError
-    if ``entry`` is not one (e.g. empty: the holder's info entry is missing).
+    may contain ":"), separated by ":" (see ``lua/common.lua``).  The limit is
+    stored as its caller passed it (negative when fixed) and returned as a
+    count.  ValueError if ``entry`` is not one (e.g. empty: the holder's info
+    entry is missing).
     """
     *head, limit, meta = entry.split(":", fields + 1)
     if len(head) != fields:
         raise ValueError(f"not a lease-set entry with {fields} leading fields: {entry!r}")
-    return head, int(limit), meta
+    return head, abs(int(limit)), meta
 
 
 def _parse_meta(raw: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any
 from .heartbeat import is_cluster
 from .keys import ParkKeys, park_index, revoke_record
 from .leaseset import WAIT_LEASE
-from .rate import NO_RATE, RateTerms
+from .rate import NO_RATE, Rate, RateTerms
 from .scripts import (
     PARK_CLAIM,
     PARK_DROP,
@@ -158,6 +158,11 @@ class ParkStatus:
     paused_for: float = 0.0  #: seconds of pause left (0: not paused)
     #: seconds until the head of the park is due by its rate and the pause (0: now)
     head_due_in: float = 0.0
+    #: the rate the head is admitted by (a run-time override's, else its own), or None
+    rate: Rate | None = None
+    burst: int = 1
+    #: the name's limit now (a run-time override's, else the last caller's), or None
+    limit: int | None = None
 
 
 def _ms(seconds: float) -> int:
@@ -304,9 +309,9 @@ class Parking:
 
     def status(self, count: int = 0) -> ParkStatus:
         """Counts, and the first ``count`` parked entries and promotions in flight."""
-        now_ms, parked, oldest, inflight, overdue, listed, promoted, pause_ms, head_ms = (
-            PARK_INSPECT(self.client, self._script_keys, [self.name, count])
-        )
+        (now_ms, parked, oldest, inflight, overdue, listed, promoted, pause_ms, head_ms,
+         interval_us, burst, limit) = PARK_INSPECT(self.client, self._script_keys,
+                                                   [self.name, count])  # fmt: skip
         now = int(now_ms)
         entries = [
             {**_listed(listed, i, now), "expires_in": _until(listed[i + 2], now)}
@@ -319,7 +324,8 @@ class Parking:
         return ParkStatus(
             self.name, int(parked), (now - int(oldest)) / 1000 if int(oldest) else None,
             int(inflight), int(overdue), entries, in_flight, int(pause_ms) / 1000,
-            int(head_ms) / 1000,
+            int(head_ms) / 1000, Rate(1, int(interval_us) / 1e6) if int(interval_us) else None,
+            int(burst) or 1, int(limit) or None,
         )  # fmt: skip
 
     # -- revoke records: one per task id, beside the names' keys ------------

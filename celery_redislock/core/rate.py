@@ -189,7 +189,7 @@ class RateLimiter:
     def _decide(self, cost: object, take: bool) -> RateDecision:
         units = check_cost(cost, self.burst)
         admitted, wait_us = RATE_ACQUIRE(
-            self.client, [self.keys.rate, self.keys.pause],
+            self.client, [self.keys.rate, self.keys.pause, self.keys.override],
             [repr(self.rate.interval * 1_000_000), self.burst, units, 1 if take else 0],
         )  # fmt: skip
         return RateDecision(bool(int(admitted)), int(wait_us) / 1_000_000)

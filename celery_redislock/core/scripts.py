@@ -28,6 +28,7 @@ __all__ = [
     "DEDUPE",
     "FENCED_WRITE",
     "INSPECT",
+    "OVERRIDE",
     "PARK_CLAIM",
     "PARK_DROP",
     "PARK_DUE",
@@ -130,6 +131,7 @@ PARK_DUE = _script("park_due.lua")
 PARK_WAKE = _script("park_wake.lua")
 RATE_ACQUIRE = _script("rate_acquire.lua")
 RATE_PAUSE = _script("rate_pause.lua")
+OVERRIDE = _script("override.lua")
 LIVE_REGISTER = _script("live_register.lua")
 LIVE_FORGET = _script("live_forget.lua")
 LIVE_LIST = _script("live_list.lua")

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from ..core.park import Parking, Verdict
 from ..core.rate import NO_RATE, RateTerms
+from ..leases import script_limit
 from ..options import HEADER_PARK_TOKEN
 from ..settings import client_for
 from .message import envelope_of_publish, expires_in, json_dumps
@@ -49,7 +50,7 @@ def apply_async(
 ) -> Any:  # fmt: skip
     """Run ``send`` (Celery's ``apply_async``) with the park decision at publish."""
     _install_sender(task.app)
-    reset = _CALL.set(_Call(task, name, task_id, limit, rate))
+    reset = _CALL.set(_Call(task, name, task_id, script_limit(task, limit), rate))
     try:
         return send()
     finally:

@@ -23,6 +23,7 @@ from .. import dedupe, signals
 from ..core import liveness
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
+from ..leases import script_limit
 from ..settings import client_for, settings_for
 from .message import json_loads, republish, request_of
 from .states import PROMOTED, ParkUnclaimed, mark_revoked, store_state
@@ -143,6 +144,8 @@ def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool
     lease frees within its ttl and the sweeper promotes); a failed publish is
     logged (the sweeper re-publishes after the deadline)."""
 
+    limit = script_limit(task, limit)
+
     def release(owner: str) -> bool:
         parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
         held, promotions = parking.release(owner, limit, settings_for(task.app).park, task.name)
@@ -161,7 +164,7 @@ def after_release(task: Any, name: str, limit: int) -> None:
     """Promote the next tasks after a slot was released by other means (a
     dead child's lease, released by the worker's main process)."""
     try:
-        promote(task.app, name, limit, task_name=task.name)
+        promote(task.app, name, script_limit(task, limit), task_name=task.name)
     except RedisError as exc:
         log.error("could not promote parked tasks of %r (%r); the sweeper will", name, exc)
 
@@ -187,7 +190,7 @@ def discarded_by_worker(
         signals.lock_dropped.send(
             sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
         )
-        limit = task.redislock_limit(args, kwargs)
+        limit = script_limit(task, task.redislock_limit(args, kwargs))
         promote(task.app, name, limit, client, settings.prefix, task.name)
     except Exception as exc:  # the deadline frees the slot; the record is what matters
         log.error("%s[%s]: could not give back its park reservation (%r); it lapses at its "

@@ -230,6 +230,65 @@ def test_a_pause_during_a_backlog_holds_it_and_resume_lets_it_go_at_once(
     assert len(starts(app, "rated", key)) == 10 > before
 
 
+def test_a_rate_lowered_and_raised_while_tasks_wait_applies_at_once(
+    app: Any, worker: Any, key: str
+) -> None:
+    """``limit set KEY --rate``: a backlog parked at the code's 5/s slows to the
+    override's 2/s, then runs at 50/s when raised, without a deploy.  Both
+    checks are bounds load cannot fake: at 2/s at most 3 + 2 w starts fit in a
+    window of w seconds (the in-flight promotion and the burst on top); at 2/s
+    the rest could not all start within 8 s of the raise."""
+    task = app.tasks["basic.rated"]
+    results = [task.delay(key, n) for n in range(30)]
+    wait_for(lambda: len(starts(app, "rated", key)) >= 3, 60, message="three started")
+    lowered_at = redis_now(app)
+    assert "rate 2/s" in cli(app, "limit", "set", f"rate:{key}", "--rate", "2/s")
+    wait_for(lambda: redis_now(app) > lowered_at + 3, 10, message="three seconds at 2/s")
+    raised_at = redis_now(app)
+    assert "rate 50/s" in cli(app, "limit", "set", f"rate:{key}", "--rate", "50/s")
+    for r in results:
+        r.get(timeout=60)
+    started = starts(app, "rated", key)
+    slow = [e for e in started if lowered_at <= e["t"] <= raised_at]
+    assert len(slow) <= 3 + 2 * (raised_at - lowered_at), f"{len(slow)} starts at 2/s"
+    after = [e for e in started if e["t"] > raised_at]
+    assert len(after) >= 18  # 30 - 3 - at most 9 in the slow window
+    assert max(e["t"] for e in after) < raised_at + 8, "the raised rate did not apply"
+    assert_spaced(after, raised_at, 50, burst=2)  # the override's rate still holds
+    cli(app, "limit", "clear", f"rate:{key}")
+
+
+def test_a_limit_raised_and_lowered_while_tasks_wait_applies_at_once(
+    app: Any, worker: Any, key: str
+) -> None:
+    """``limit set KEY --limit`` on a SemaphoreTask (code: 2) with parked work:
+    raised to 3, a third runs beside the two (impossible at 2); lowered to 1
+    while three run, the rest run one at a time, each after every earlier run
+    ended (an end is recorded before the release that admits the next)."""
+    client, settings = client_for(app)
+    name = f"park:{key}"
+    task = app.tasks["basic.parked"]
+    results = [task.delay(key, n, 60.0, True) for n in range(6)]  # gated: run until opened
+    wait_for(lambda: len(starts(app, "parked", key)) == 2, 60, message="two started")
+    assert "limit 3" in cli(app, "limit", "set", name, "--limit", "3")
+    wait_for(lambda: len(starts(app, "parked", key)) == 3, 30, message="a third started")
+    park_of = Parking(client, settings.prefix, name)
+    wait_for(lambda: park_of.status().in_flight == 0, 30, message="no promotion in flight")
+    assert (park_of.status().parked, park_of.status().limit) == (3, 3)
+    assert len(park_of.status().entries) == 0 and len(starts(app, "parked", key)) == 3
+    assert "limit 1" in cli(app, "limit", "set", name, "--limit", "1")
+    client.set(f"{settings.prefix}:gate:{key}", 1)  # the three end; the rest run at once
+    for r in results:
+        r.get(timeout=60)
+    events = app.recorder.events("parked", key)
+    ends = sorted(e["t"] for e in events if e["what"] == "end")
+    later = starts(app, "parked", key)[3:]
+    assert len(later) == 3
+    for k, event in enumerate(later):  # alone: after the ends of every run before it
+        assert event["t"] > ends[k + 2], f"run {k + 3} started beside another"
+    cli(app, "limit", "clear", name)
+
+
 def test_rate_parked_work_survives_a_worker_killed_while_it_is_due(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory, key: str
 ) -> None:

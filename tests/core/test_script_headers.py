@@ -5,7 +5,7 @@ Each script is called the way the package calls it (a lock, a semaphore with
 a waiter, renewal, inspection, dedupe markers, fencing, a park's whole
 life, the sweeper's index read, process statements), with every call
 recorded; the counts are then compared with the header of the script's own
-file (``KEYS[n]`` / ``ARGV[n]`` lines, or "the six keys of common.lua").
+file (``KEYS[n]`` / ``ARGV[n]`` lines, or "the seven keys of common.lua").
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from celery_redislock import FairSemaphore, RateLimiter, RedisLock, dedupe
+from celery_redislock import FairSemaphore, Overrides, RateLimiter, RedisLock, dedupe
 from celery_redislock.core import liveness, scripts
 from celery_redislock.core.fencing import FencedResource
 from celery_redislock.core.heartbeat import HEARTBEAT
@@ -30,7 +30,7 @@ from celery_redislock.core.replication import acknowledged_by
 from tests.waiting import wait_for
 
 LUA = Path(scripts.__file__).parent / "lua"
-NUMBERS = {"six": 6, "fifteen": 15}
+NUMBERS = {"seven": 7, "sixteen": 16}
 
 
 def declared(name: str) -> tuple[set[int] | None, set[int] | None]:
@@ -128,6 +128,10 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     assert limiter.try_acquire(2) and not limiter.peek()
     limiter.pause(1)
     limiter.resume()
+    overrides = Overrides(redis_client, name, prefix)
+    assert overrides.set(limit=3, rate="5/s").limit == 3
+    assert overrides.clear("rate").rate is None
+    assert not overrides.clear()
 
     called = {script for script, _, _ in calls}
     lua_files = {p.name for p in LUA.glob("*.lua") if not p.name.endswith("common.lua")}

@@ -26,7 +26,7 @@ from celery import Celery
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner, Result
 
-from celery_redislock import RateLimiter, RedisLock
+from celery_redislock import FairSemaphore, RateLimiter, RedisLock
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.servers import RedisServer, free_port
 from devtools.engines import SentinelGroup
@@ -253,6 +253,47 @@ def test_pause_and_resume_a_key_from_the_shell(
         result = run("-A", app_module, "redislock", *args)
         assert result.exit_code == 2, result.output
         assert expected in result.output and "Traceback" not in result.output
+
+
+def test_override_a_keys_limit_and_rate_from_the_shell(
+    app_module: str, redis_client: redis.Redis, prefix: str
+) -> None:
+    """``limit set / show / clear``: stored in Redis, used by the next
+    decision of every client, and one line with exit status 2 for bad input."""
+    slots = [FairSemaphore(redis_client, "acct:9", 1, ttl=10, prefix=prefix) for _ in range(3)]
+    limiter = RateLimiter(redis_client, "acct:9", rate="1/h", prefix=prefix)
+    raised = run("-A", app_module, "redislock", "limit", "set", "acct:9", "--limit", "2",
+                 "--rate", "500/m", "--burst", "3")  # fmt: skip
+    assert raised.exit_code == 0, raised.output
+    assert "'acct:9' runs by: limit 2, rate 500/m burst 3" in raised.output
+    assert [s.acquire(blocking=False) for s in slots] == [True, True, False]
+    assert all(limiter.try_acquire() for _ in range(3))  # the override's burst, not the code's 1
+    shown = run("-A", app_module, "redislock", "limit", "show")
+    assert shown.exit_code == 0 and "acct:9  limit 2, rate 500/m burst 3" in shown.output
+    as_json = json.loads(run("-A", app_module, "redislock", "limit", "show", "acct:9",
+                             "--json").output)  # fmt: skip
+    assert as_json == {"acct:9": {"limit": 2, "rate": "500/m", "burst": 3}}
+    only_rate = run("-A", app_module, "redislock", "limit", "clear", "acct:9", "--only", "rate")
+    assert only_rate.exit_code == 0 and "runs by: limit 2" in only_rate.output
+    cleared = run("-A", app_module, "redislock", "limit", "clear", "acct:9")
+    assert cleared.exit_code == 0 and "runs by: the values in the code" in cleared.output
+    assert not limiter.try_acquire()  # the code's 1/h again
+    for s in slots[:2]:
+        s.release()
+    for args, expected in [
+        (["limit", "set", "acct:9"], "give --limit, --rate or both"),
+        (["limit", "set", "acct:9", "--limit", "0"], "--limit"),
+        (["limit", "set", "acct:9", "--rate", "fast"], "--rate must look like"),
+        (["limit", "set", "acct:9", "--limit", "3", "--burst", "2"], "--burst goes with --rate"),
+        (["limit", "set", "a{b", "--limit", "2"], "bad NAME 'a{b'"),
+        (["limit", "clear", "acct:9", "--only", "both"], "--only"),
+        (["limit", "frobnicate"], "No such command"),
+    ]:
+        result = run("-A", app_module, "redislock", *args)
+        assert result.exit_code == 2, result.output
+        assert expected in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert run("-A", app_module, "redislock", "limit", "show").output.strip() == "no overrides"
 
 
 def test_unreachable_redis_and_missing_app_get_clear_messages() -> None:

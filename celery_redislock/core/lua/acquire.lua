@@ -1,7 +1,8 @@
 -- acquire.lua: take a slot now, or (when asked to wait) join the FIFO queue.
--- KEYS: the six keys of common.lua.
+-- KEYS: the seven keys of common.lua.
 -- ARGV[1] owner       random 128-bit hex id of this acquisition (no ':')
--- ARGV[2] limit       the caller's limit: slots in the set (1 for a lock)
+-- ARGV[2] limit       the caller's limit: slots in the set; < 0 for a fixed
+--                     limit no override changes (-1 for a lock; see limit_of())
 -- ARGV[3] ttl_ms      lease length
 -- ARGV[4] meta        opaque holder description (JSON object), stored for inspection
 -- ARGV[5] wait        "1": enqueue/refresh our place in the queue if not granted
@@ -20,12 +21,13 @@
 
 --- @include common.lua
 
-local owner, limit, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local owner, raw_limit, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local limit = limit_of(raw_limit)
 local meta, wait, max_wait_ms = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
 
 -- Fast path: nobody holds or waits (the common uncontended case).
 if redis.call('EXISTS', HOLDERS, QUEUE) == 0 then
-  local token = add_holder({n = 0}, owner, ttl_ms, limit, meta)
+  local token = add_holder({n = 0}, owner, ttl_ms, raw_limit, meta)
   redis.call('PEXPIRE', HOLDERS, ttl_ms)
   redis.call('PEXPIRE', INFO, ttl_ms)
   return token
@@ -49,7 +51,7 @@ local function held_reply()
       return tonumber(string.match(info, '^(%d+)'))
     end
     local token = next_token()
-    redis.call('HSET', INFO, owner, string.format('%d:%d:%d:%d:', token, NOW_MS, ttl_ms, limit) .. meta)
+    redis.call('HSET', INFO, owner, string.format('%d:%d:%d:%d:', token, NOW_MS, ttl_ms, raw_limit) .. meta)
     fit_holder_ttl()
     return token
   end
@@ -70,7 +72,7 @@ end
 
 -- Granted directly only if no live waiter is left (promote() stopped at none).
 if not waiting and admissible(state, limit) then
-  local token = add_holder(state, owner, ttl_ms, limit, meta)
+  local token = add_holder(state, owner, ttl_ms, raw_limit, meta)
   fit_holder_ttl()
   return token
 end
@@ -87,7 +89,7 @@ if wait then
   -- of half a wait lease; promote() reads the promise back from it.
   local lives = retry_in + half
   redis.call('ZADD', QUEUE, 'NX', NOW_US, owner)  -- keeps an earlier arrival
-  redis.call('HSET', QINFO, owner, string.format('%d:%d:%d:', NOW_MS + lives, ttl_ms, limit) .. meta)
+  redis.call('HSET', QINFO, owner, string.format('%d:%d:%d:', NOW_MS + lives, ttl_ms, raw_limit) .. meta)
   if redis.call('PTTL', QUEUE) < lives then
     redis.call('PEXPIRE', QUEUE, lives)
     redis.call('PEXPIRE', QINFO, lives)

@@ -12,9 +12,14 @@
 --   KEYS[6] wake     key prefix; wake .. owner is that waiter's LIST, where a
 --                    hand-off pushes the fencing token (BLPOP'd by the waiter),
 --                    or NUDGE: "ask again now" (never a token, tokens are > 0)
--- Every key carries a TTL no later than the last lease or waiter in it, and
--- empty aggregates vanish, so an idle name leaves only `fence` behind, and
--- that for FENCE_MEMORY_MS.
+--   KEYS[7] override HASH   run-time overrides of the name, set by an operator
+--                           (override.lua): "limit" replaces the limit of every
+--                           caller whose limit is not fixed (see limit_of()),
+--                           "interval_us" / "burst" its rate (rate_common.lua);
+--                           no TTL: it stays until cleared
+-- Every key but `override` carries a TTL no later than the last lease or
+-- waiter in it, and empty aggregates vanish, so an idle name leaves only
+-- `fence` behind, and that for FENCE_MEMORY_MS (and an override an operator set).
 --
 -- THE INVARIANT: no holder ever shares the name with more holders than its
 -- own limit allows (a lock holder, limit 1, is always alone), whatever limits
@@ -33,8 +38,12 @@
 -- refuses an admission.  So the common case (one limit per name) reads one
 -- hash field and never recomputes.
 --
--- Every info and qinfo entry stores its limit (add_holder() below and
--- acquire.lua write them; the park scripts add holders through add_holder()).
+-- Every info and qinfo entry stores its limit as its caller passed it (add_holder()
+-- below and acquire.lua write them; the park scripts add holders through
+-- add_holder()), and every comparison resolves it (limit_of()): so a run-time
+-- override applies to the holders already in, and a raised limit fills its
+-- new slots at once.  override.lua drops LIMIT_FIELD, which it may have
+-- made too high.
 --
 -- Waiters: a queue entry's expiry is the latest time the waiter promised to
 -- ask again plus a grace of half its wait lease (wait_lease(ttl) below); a
@@ -45,6 +54,7 @@
 -- waiter that has just died comes back within that waiter's ttl).
 
 local HOLDERS, INFO, FENCE, QUEUE, QINFO, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local OVERRIDE = KEYS[7]
 local FENCE_MEMORY_MS = 600000
 local LIMIT_FIELD = ':limit'  -- owners never contain ':' (see leaseset.py)
 local MIN_WAIT_LEASE_MS = 1000
@@ -53,6 +63,22 @@ local NUDGE = '0'
 local t = redis.call('TIME')
 local NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- The limit a caller's limit argument stands for: > 0 a semaphore's limit,
+-- which the name's run-time override replaces when one is set; < 0 a fixed
+-- limit, -raw (a lock: one holder, whatever an override says).  So an
+-- operator can raise or lower a semaphore's limit without a deploy, and the
+-- invariant below holds with the limits as resolved here (each holder stores
+-- its resolved limit).
+local override_limit  -- read once per script call (0: no override)
+local function limit_of(raw)
+  if raw < 0 then return -raw end
+  if override_limit == nil then
+    override_limit = tonumber(redis.call('HGET', OVERRIDE, 'limit') or '0')
+  end
+  if override_limit > 0 then return override_limit end
+  return raw
+end
 
 -- Fencing token: strictly greater than the last one issued for this name
 -- and never below Redis time in microseconds, so tokens keep increasing even
@@ -100,11 +126,12 @@ local function fit_holder_ttl()
   end
 end
 
--- The limit stored in a holder's info entry; 1 if the entry is missing (its
--- info key was deleted: counted as a lock holder, which only delays others).
+-- The limit of a holder, from its info entry (stored as passed, resolved
+-- now); 1 if the entry is missing (its info key was deleted: counted as a
+-- lock holder, which only delays others).
 local function entry_limit(info)
   if not info then return 1 end
-  return tonumber(string.match(info, '^%d+:%d+:%d+:(%d+):'))
+  return limit_of(tonumber(string.match(info, '^%d+:%d+:%d+:(%-?%d+):')))
 end
 
 -- Exact minimum of the current holders' limits, stored in LIMIT_FIELD.
@@ -145,13 +172,15 @@ local function admissible(state, limit)
   return false
 end
 
--- Make `owner` a holder (the caller checked admissible(state, limit)).
-local function add_holder(state, owner, ttl_ms, limit, meta)
+-- Make `owner` a holder with its limit as passed (`raw`, stored so that an
+-- override applies to it later; the caller checked admissible(state,
+-- limit_of(raw))).
+local function add_holder(state, owner, ttl_ms, raw, meta)
   local token = next_token()
-  local bound = limit
-  if state.n > 0 then bound = math.min(state.bound or recompute_holders_limit(), limit) end
+  local bound = limit_of(raw)
+  if state.n > 0 then bound = math.min(state.bound or recompute_holders_limit(), bound) end
   redis.call('ZADD', HOLDERS, NOW_MS + ttl_ms, owner)
-  redis.call('HSET', INFO, owner, string.format('%d:%d:%d:%d:', token, NOW_MS, ttl_ms, limit) .. meta,
+  redis.call('HSET', INFO, owner, string.format('%d:%d:%d:%d:', token, NOW_MS, ttl_ms, raw) .. meta,
     LIMIT_FIELD, bound)
   state.n, state.bound = state.n + 1, bound
   return token
@@ -164,9 +193,9 @@ local function wait_lease(ttl_ms, max_ms)
   return math.min(max_ms, math.max(ttl_ms, MIN_WAIT_LEASE_MS))
 end
 
--- A queue entry as expiry_ms, ttl_ms, limit, meta.
+-- A queue entry as expiry_ms, ttl_ms, limit (as passed), meta.
 local function parse_qinfo(entry)
-  local expiry, ttl_ms, limit, meta = string.match(entry, '^(%d+):(%d+):(%d+):(.*)$')
+  local expiry, ttl_ms, limit, meta = string.match(entry, '^(%d+):(%d+):(%-?%d+):(.*)$')
   return tonumber(expiry), tonumber(ttl_ms), tonumber(limit), meta
 end
 
@@ -207,7 +236,7 @@ local function promote(state, wake_ms, asker)
     local head, entry = live_head()
     if not head then return promoted, nil end
     local expiry, ttl_ms, limit, meta = parse_qinfo(entry)
-    if not admissible(state, limit) then
+    if not admissible(state, limit_of(limit)) then
       -- It asks again by itself at expiry - wait_lease/2 (see acquire.lua).
       local first = earliest_expiry()
       if promoted > 0 and first and head ~= asker

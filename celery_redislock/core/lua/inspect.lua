@@ -1,6 +1,6 @@
 -- inspect.lua: read-only view of one lease set (for holders(), locked(), the CLI).
 -- Standalone (no common.lua: it writes nothing and needs none of its helpers).
--- KEYS: the six keys of common.lua (holders, info, fence, queue, qinfo, wake);
+-- KEYS: the seven keys of common.lua (holders, info, fence, queue, qinfo, wake, override);
 --   only holders, info, queue and qinfo are read.
 -- ARGV: none.
 -- Returns {now_ms, holders, waiters} where holders is a flat list

@@ -4,14 +4,14 @@
 -- from: an earlier promotion's copy that waited in a busy queue past its
 -- deadline is the same task, and the newer token then becomes stale.  So a
 -- queue slower than the reservation deadline delays a task, never starves it.
--- KEYS: the fifteen keys of park_common.lua (KEYS[14], KEYS[15] only on a single server).
+-- KEYS: the sixteen keys of park_common.lua (KEYS[15], KEYS[16] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token     promotion token from the message header
 -- ARGV[4] owner     lease owner to add as holder
 -- ARGV[5] ttl_ms    lease length
 -- ARGV[6] meta      holder meta (JSON)
--- ARGV[7] limit     the run's limit, evaluated now
+-- ARGV[7] limit     the run's limit, evaluated now (< 0: fixed, see limit_of())
 -- ARGV[8] task      its task name (kept with the entry if it goes back)
 -- Returns {"held", fencing_token, due} | {"parked", 0, due} (the name is full
 -- for this task's own limit: its reservation had lapsed, or the holders
@@ -44,7 +44,7 @@ local state = holder_state()
 -- and no holder may share the name with more holders than its own limit allows.
 -- A pause that began after the promotion holds it too: nothing of the key
 -- starts before the pause ends.
-if not admissible(state, limit) or pause_left_us(PAUSE) > 0 then
+if not admissible(state, limit_of(limit)) or pause_left_us(PAUSE) > 0 then
   supersede(id, token)  -- it gets a new token when promoted again
   e.limit, e.task = limit, ARGV[8]
   park(id, e)

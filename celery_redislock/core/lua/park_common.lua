@@ -3,16 +3,16 @@
 --
 -- Parked work of one name lives beside its lease set, under the same hash
 -- tag {name}, so one call touches one cluster slot:
---   KEYS[1..6]        the lease set's keys (see common.lua); a *reservation*
+--   KEYS[1..7]        the lease set's keys (see common.lua); a *reservation*
 --                     is a holder entry "rsv.<task id>" whose score is its
 --                     deadline, so it counts against the limit everywhere
 --                     (acquire, inspect, purge) and lapses by itself.
---   KEYS[7]  park     ZSET  parked task id -> sequence number (FIFO order)
---   KEYS[8]  parked   HASH  parked task id -> entry (see read_entry())
---   KEYS[9]  inflight HASH  reserved task id -> "token|deadline_ms|" .. entry
+--   KEYS[8]  park     ZSET  parked task id -> sequence number (FIFO order)
+--   KEYS[9]  parked   HASH  parked task id -> entry (see read_entry())
+--   KEYS[10] inflight HASH  reserved task id -> "token|deadline_ms|" .. entry
 --                     (published with its promotion token, not yet arrived)
---   KEYS[10] pmeta    HASH  {limit = last limit seen, seq = last sequence number}
---   KEYS[11] tokens   ZSET  the fate of promotion tokens no longer in flight,
+--   KEYS[11] pmeta    HASH  {limit = last limit seen, seq = last sequence number}
+--   KEYS[12] tokens   ZSET  the fate of promotion tokens no longer in flight,
 --                     member "s|<task id>|<token>" (stale: superseded, that
 --                     copy never runs: a reservation that went overdue and
 --                     was re-published with a new token, a publish its
@@ -26,17 +26,17 @@
 --                     duplicate publish arrives about when the original
 --                     does).  A token in none of these is unknown (the lock
 --                     Redis lost its data): the caller admits that copy.
---   KEYS[12] rate     STRING  the name's rate state (see rate_common.lua): a
+--   KEYS[13] rate     STRING  the name's rate state (see rate_common.lua): a
 --                     parked entry with a rate is promoted only when its
 --                     rate admits it, and takes its units then
---   KEYS[13] pause    STRING  present while the name's starts are paused
---   KEYS[14] index    ZSET  name -> Redis time (ms) at which the sweeper should
+--   KEYS[14] pause    STRING  present while the name's starts are paused
+--   KEYS[15] index    ZSET  name -> Redis time (ms) at which the sweeper should
 --                     look at the name.  Only on a single server: on a
 --                     cluster it lives in another slot, so it is left out of
 --                     KEYS and the caller updates it from the reply.  A
 --                     name whose time becomes the index's earliest is
 --                     published on the channel <index>:wake (next_due()).
---   KEYS[15] total    STRING  tasks parked over all names (single server only,
+--   KEYS[16] total    STRING  tasks parked over all names (single server only,
 --                     like the index; redislock_park_max_total needs it).
 -- ARGV[1] is always the name (the index member).
 -- Times are Redis TIME (NOW_MS from common.lua); expires_ms = 0 means never.
@@ -44,8 +44,8 @@
 --- @include common.lua
 --- @include rate_common.lua
 
-local PARK, PARKED, INFLIGHT, PMETA = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local TOKENS, RATE, PAUSE, INDEX, TOTAL = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local PARK, PARKED, INFLIGHT, PMETA = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local TOKENS, RATE, PAUSE, INDEX, TOTAL = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local PNAME = ARGV[1]
 local STALE_MEMORY_MS = 7 * 24 * 3600 * 1000  -- as the revoke records (parking.REVOKE_MEMORY)
 local CLAIMED_MEMORY_MS = 3600 * 1000  -- kombu's default visibility timeout
@@ -64,17 +64,20 @@ local function split(entry, n)
   return out
 end
 
--- The limit a call works with: its own, else (0: the sweeper, a drop) the
--- last one stored.  next_due() stores it while the name has parked or
--- in-flight work, and deletes PMETA when it has none.
+-- The limit argument a call works with: its own, else (0: the sweeper, a
+-- drop) the last one stored.  next_due() stores it while the name has parked
+-- or in-flight work, and deletes PMETA when it has none.  Limits are kept
+-- as passed (< 0: fixed, see limit_of() in common.lua) and resolved where
+-- they are compared, so an override applies to work parked before it was set.
 local function stored_limit(limit)
-  if limit and limit > 0 then return limit end
+  if limit and limit ~= 0 then return limit end
   return tonumber(redis.call('HGET', PMETA, 'limit') or '1')
 end
 
 -- A parked task, as stored:
 -- "seq|expires_ms|enqueued_ms|limit|publishes|interval_us|burst|cost|task|envelope".
--- limit is the task's own (its call's semaphore_limit when it was parked) and
+-- limit is the task's own (its call's semaphore_limit when it was parked, as
+-- passed: see stored_limit()) and
 -- task its task name, so promotion can admit it by its own limit (see
 -- own_limit()); publishes counts how often it was published with a token
 -- (see promote_parked()); interval_us, burst and cost are its rate (interval
@@ -99,10 +102,11 @@ end
 -- a backlog keeps its rate when a promotion runs a little after its due time
 -- (a sweeper's wake-up); an arriving start has none.
 local function rate_admits(e, take, parked)
-  if e.interval > 0 then
+  local interval, burst, cost = rate_terms(OVERRIDE, e.interval, e.burst, e.cost)
+  if interval > 0 then
     local lag = 0
-    if parked then lag = math.min(math.floor(e.interval / 2), SCHEDULE_LAG_US) end
-    return gcra(RATE, PAUSE, NOW_US, e.interval, e.burst, e.cost, take, lag)
+    if parked then lag = math.min(math.floor(interval / 2), SCHEDULE_LAG_US) end
+    return gcra(RATE, PAUSE, NOW_US, interval, burst, cost, take, lag)
   end
   local paused = pause_left_us(PAUSE)
   if paused > 0 then return false, paused end
@@ -134,7 +138,7 @@ end
 
 -- Reserve a slot for task `id` (entry `e`, which counts this publish) until
 -- NOW + deadline_ms, as a holder entry with the task's own limit e.limit (the
--- caller checked admissible(state, e.limit), see common.lua); returns the
+-- caller checked admissible(state, limit_of(e.limit)), see common.lua); returns the
 -- promotion token (a fencing token of the name, so unique and increasing).
 local function reserve(state, id, e, deadline_ms)
   local meta = cjson.encode({reserved = true, task_id = id})
@@ -145,14 +149,14 @@ local function reserve(state, id, e, deadline_ms)
   return token
 end
 
--- The limit a parked task is admitted by: the promoter's (evaluated now, so a
--- raised plan applies at once) when the promoter is the same task name, else
+-- The limit a parked task is admitted by (as passed, see stored_limit()): the
+-- promoter's (evaluated now, so a raised plan applies at once) when the promoter is the same task name, else
 -- the task's own limit from when it was parked (another task name sharing the
 -- key, or the sweeper, which has no task).  The claim checks the run's limit
 -- again at arrival.
 local function own_limit(stored, task, promoter_limit, promoter_task)
   if promoter_task ~= '' and task == promoter_task then return promoter_limit end
-  if stored and stored > 0 then return stored end
+  if stored and stored ~= 0 then return stored end
   return promoter_limit
 end
 
@@ -211,7 +215,8 @@ end
 -- When the sweeper should look at this name next (ms, Redis time), or -1:
 -- now if work is parked and a slot is free; else the earliest holder expiry
 -- (a holder that dies frees its slot then) or in-flight deadline.
-local function next_due(limit)
+local function next_due(raw_limit)
+  local limit = limit_of(raw_limit)
   local due = -1
   local function at(ms) if due < 0 or ms < due then due = ms end end
   if redis.call('ZCARD', PARK) > 0 then
@@ -232,7 +237,7 @@ local function next_due(limit)
   if due < 0 then
     redis.call('DEL', PMETA)
   else
-    redis.call('HSET', PMETA, 'limit', limit)
+    redis.call('HSET', PMETA, 'limit', raw_limit)
   end
   if INDEX then
     if due < 0 then
@@ -275,7 +280,7 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
     local unclaimed = max_publishes > 0 and e.publishes >= max_publishes
     if not expired and not unclaimed then
       -- The slot and the rate together: both are taken, or neither.
-      if not admissible(state, own) or not rate_admits(e, true, true) then break end
+      if not admissible(state, limit_of(own)) or not rate_admits(e, true, true) then break end
     end
     unpark(head)
     local reply

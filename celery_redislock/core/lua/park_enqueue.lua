@@ -2,12 +2,12 @@
 -- (mode "enqueue"), when a message without a reservation reaches a worker
 -- (mode "arrive"), and for a run of another policy that has a rate (mode
 -- "try": never parks).
--- KEYS: the fifteen keys of park_common.lua (KEYS[14], KEYS[15] only on a single server).
+-- KEYS: the sixteen keys of park_common.lua (KEYS[15], KEYS[16] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] mode         "enqueue" | "arrive" | "try" | "head" (a running task
 --                      pauses its key and goes back to the head of the park)
 -- ARGV[3] task_id
--- ARGV[4] limit
+-- ARGV[4] limit        the caller's limit; < 0 fixed (see limit_of() in common.lua)
 -- ARGV[5] envelope     the message as stored for re-publishing (opaque JSON)
 -- ARGV[6] expires_in   ms until the task expires (0: never)
 -- ARGV[7] deadline_ms  how long a reservation waits for its message to arrive
@@ -16,7 +16,7 @@
 -- ARGV[10] ttl_ms      modes "arrive", "try": lease length
 -- ARGV[11] meta        modes "arrive", "try": holder meta (JSON)
 -- ARGV[12] max_total   bound of the parked tasks over all names (0: none;
---                      needs KEYS[15], so a single server)
+--                      needs KEYS[16], so a single server)
 -- ARGV[13] task        the task name (stored with the entry, see own_limit())
 -- ARGV[14] interval_us the task's rate: microseconds per unit (0: no rate)
 -- ARGV[15] burst       units that may start back to back
@@ -68,7 +68,7 @@ if mode == 'head' then
   return {'parked', n_parked + 1, pause_ms, next_due(limit)}
 end
 local state = holder_state()
-local slot = n_parked == 0 and admissible(state, limit)
+local slot = n_parked == 0 and admissible(state, limit_of(limit))
 local rate_ok, wait_us = false, 0
 if slot then rate_ok, wait_us = rate_admits(entry, false) end
 

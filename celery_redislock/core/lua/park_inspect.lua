@@ -1,6 +1,6 @@
 -- park_inspect.lua: read-only counts (and optionally the first entries) of
 -- one name's parked work, for status and listing.
--- KEYS: the fifteen keys of park_common.lua (KEYS[14], KEYS[15] unused).
+-- KEYS: the sixteen keys of park_common.lua (KEYS[15], KEYS[16] unused).
 -- ARGV[1] name
 -- ARGV[2] count    how many parked entries to list (0: none)
 -- Returns {now_ms, parked, oldest_enqueued_ms (0: none), inflight, overdue,
@@ -8,7 +8,10 @@
 --          {task_id, enqueued_ms, deadline_ms, envelope, ...} (with count > 0:
 --          every promotion in flight, at most count),
 --          pause_ms (the pause left, 0: none), head_wait_ms (how long until the
---          head's rate and the pause admit it, 0: now or nothing parked)}.
+--          head's rate and the pause admit it, 0: now or nothing parked),
+--          interval_us, burst (the rate the head is admitted by, an override's
+--          or its own; interval 0: none or nothing parked),
+--          limit (the name's limit now, an override's or the last one stored; 0: unknown)}.
 
 --- @include park_common.lua
 
@@ -37,11 +40,17 @@ for i = 1, #raw, 2 do
     end
   end
 end
-local head_wait_ms = 0
+local head_wait_ms, interval, burst = 0, 0, 0
 local head = redis.call('ZRANGE', PARK, 0, 0)[1]
 if head then
-  local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true)
+  local e = read_entry(redis.call('HGET', PARKED, head))
+  local ok, wait_us = rate_admits(e, false, true)
   if not ok then head_wait_ms = math.ceil(wait_us / 1000) end
+  interval, burst = rate_terms(OVERRIDE, e.interval, e.burst, e.cost)
 end
 local pause_ms = math.max(redis.call('PTTL', PAUSE), 0)
-return {NOW_MS, parked, oldest, inflight, overdue, listed, promoted, pause_ms, head_wait_ms}
+local raw = tonumber(redis.call('HGET', PMETA, 'limit') or '0')
+local limit = 0
+if raw ~= 0 then limit = limit_of(raw) end
+return {NOW_MS, parked, oldest, inflight, overdue, listed, promoted, pause_ms, head_wait_ms,
+  math.floor(interval), burst, limit}

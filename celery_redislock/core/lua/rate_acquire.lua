@@ -1,6 +1,7 @@
 -- rate_acquire.lua: one start of a rate-limited name, if its rate admits it.
 -- KEYS[1] rate    STRING  the name's TAT (see rate_common.lua)
 -- KEYS[2] pause   STRING  the name's pause
+-- KEYS[3] override HASH   the name's run-time override (its rate replaces ARGV's)
 -- ARGV[1] interval_us  period / count, in microseconds (may be fractional)
 -- ARGV[2] burst        how many units may start back to back (>= 1)
 -- ARGV[3] cost         units this start takes (1 <= cost <= burst)
@@ -10,7 +11,8 @@
 
 --- @include rate_common.lua
 
-local ok, wait = gcra(KEYS[1], KEYS[2], now_us(), tonumber(ARGV[1]), tonumber(ARGV[2]),
-  tonumber(ARGV[3]), ARGV[4] == '1', 0)
+local interval, burst, cost = rate_terms(KEYS[3], tonumber(ARGV[1]), tonumber(ARGV[2]),
+  tonumber(ARGV[3]))
+local ok, wait = gcra(KEYS[1], KEYS[2], now_us(), interval, burst, cost, ARGV[4] == '1', 0)
 if ok then return {1, 0} end
 return {0, wait}

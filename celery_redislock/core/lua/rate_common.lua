@@ -5,6 +5,8 @@
 --                          microseconds; expires when the bucket is full again
 --   the pause key  STRING  present while starts of the name are paused; its
 --                          PTTL is the pause left
+--   the override   HASH    run-time override of the name's rate (override.lua):
+--                          "interval_us" and "burst" replace the caller's
 -- A start of cost c is admitted at time `now` when
 --   max(TAT, now) + c * interval - burst * interval <= now
 -- (interval: period / count), and then TAT becomes max(TAT, now) + c * interval.
@@ -26,6 +28,24 @@ local function pause_left_us(pause_key)
   local ms = redis.call('PTTL', pause_key)
   if ms > 0 then return ms * 1000 end
   return 0
+end
+
+-- The rate a start is checked against: the name's run-time override when
+-- one is set (then also for a start whose task has no rate of its own),
+-- else the caller's.  A cost above an overriding burst counts as the whole
+-- burst: it could never start otherwise.
+local overrides = {}  -- override key -> {interval_us, burst}, read once per script call
+local function rate_terms(override_key, interval, burst, cost)
+  local o = overrides[override_key]
+  if o == nil then
+    o = redis.call('HMGET', override_key, 'interval_us', 'burst')
+    overrides[override_key] = o
+  end
+  if o[1] then
+    interval, burst = tonumber(o[1]), tonumber(o[2])
+    if cost > burst then cost = burst end
+  end
+  return interval, burst, cost
 end
 
 -- Pause the name for `ms` from now, unless a longer pause runs; returns the

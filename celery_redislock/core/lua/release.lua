@@ -2,7 +2,7 @@
 -- slot to the next live waiter(s), each admitted by its own limit (THE
 -- INVARIANT of common.lua; the releaser's limit plays no part): see
 -- release_owner() in common.lua.
--- KEYS: the six keys of common.lua.
+-- KEYS: the seven keys of common.lua.
 -- ARGV[1] owner
 -- ARGV[2] wake_ms    lifetime of a wake list this hand-off creates, and the
 --                    longest wait lease (max_wait_ms of acquire.lua)
