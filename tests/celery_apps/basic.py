@@ -9,7 +9,8 @@ Config keys (``REDISLOCK_TEST_<KEY>`` in the worker's environment):
 ``redis`` (result backend, default broker and lock Redis), ``prefix`` (lock
 key prefix, queue name and record keys), ``broker``, ``lock_redis``, ``ttl``
 (``redislock_default_ttl``), ``prefetch``, ``acks_late`` ("1"),
-``visibility`` (Redis broker ``visibility_timeout``), ``ready_file``,
+``visibility`` (Redis broker ``visibility_timeout``), ``lost_wait``
+(Celery's ``worker_lost_wait``, default 20 s), ``ready_file``,
 ``park_deadline`` / ``park_max`` / ``park_max_total`` / ``park_sweep`` /
 ``park_max_publishes``
 (``redislock_park_*``).
@@ -128,7 +129,7 @@ def create_app(config: dict[str, str]) -> Celery:
         result_expires=600,
         worker_hijack_root_logger=False,
         # Celery reports a lost child only after this; the library must not wait for it.
-        worker_lost_wait=20.0,
+        worker_lost_wait=float(config.get("lost_wait", 20.0)),
         redislock_park_deadline=float(config.get("park_deadline", 60)),
         redislock_park_max=int(config.get("park_max", 0)),
         redislock_park_max_total=int(config.get("park_max_total", 0)),
@@ -297,6 +298,30 @@ def create_app(config: dict[str, str]) -> Celery:
         rec.event(self, key, "end", n=n)
         return n
 
+    @app.task(
+        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_backoff_gated",
+        rate_key="rbackg:{key}", rate="20/s",
+    )  # fmt: skip
+    def rated_backoff_gated(self: Any, key: Any, n: int = 0, pause: float = 0.0,
+                            gate: float = 0.0) -> Any:  # fmt: skip
+        """``rated_backoff`` with gates: the run that pauses waits (at most ``gate``
+        seconds) until the test sets ``<prefix>:pregate:<key>`` before it pauses,
+        and every other run until it sets ``<prefix>:gate:<key>``."""
+
+        def wait_open(gate_key: str) -> None:
+            deadline = time.monotonic() + gate
+            while time.monotonic() < deadline and not rec.client.exists(gate_key):
+                time.sleep(0.02)
+
+        rec.event(self, key, "start", n=n)
+        if pause and rec.client.delete(f"{prefix}:backoff:{key}"):
+            wait_open(f"{prefix}:pregate:{key}")
+            rec.event(self, key, "paused", n=n)
+            self.redislock_pause(pause)
+        wait_open(f"{prefix}:gate:{key}")
+        rec.event(self, key, "end", n=n)
+        return n
+
     @app.task(shared=False, name="basic.collect")
     def collect(results: list[Any]) -> int:
         """A plain chord callback."""
@@ -442,7 +467,10 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
     * ``lose_publish``: the promoted message is lost on its way (not sent);
     * ``late_publish``: it is sent only after the key's value in seconds
       (an overdue copy arriving after the sweeper re-published it);
-    * ``dup_publish``: it is sent twice.
+    * ``dup_publish``: it is sent twice;
+    * ``after_pause_park``: SIGKILL when ``lock_parked`` is sent with
+      ``where="pause"``: ``redislock_pause`` has put the running task back at the
+      head of its park, and the run has not released its lease yet.
 
     Copies that arrive and are dropped (``park_claim.lua`` said "drop", or
     ``park_enqueue.lua`` found the id already parked) are appended to
@@ -498,6 +526,13 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
         return admission
 
     Parking.claim = recording_claim  # type: ignore[method-assign, assignment]
+
+    def kill_after_pause_park(sender: Any = None, where: str = "", **_: Any) -> None:
+        # Connected after create_app's recording receivers: the signal is recorded first.
+        if where == "pause" and rec.client.delete(f"{prefix}:fault:after_pause_park"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    signals.lock_parked.connect(kill_after_pause_park, weak=False)
 
 
 if os.environ.get(ENV_PREFIX + "PREFIX"):
