@@ -13,6 +13,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:enqueued  STR   lock_dedupe marker (dedupe.lua)
     <prefix>:{<name>}:rate      STR   the rate's theoretical arrival time (rate_common.lua)
     <prefix>:{<name>}:pause     STR   present while starts of the name are paused
+    <prefix>:{<name>}:started   STR   the schedule of the name's starts (rate_common.lua)
     <prefix>:{<name>}:park / :parked / :inflight / :pmeta / :tokens
                                 the park of the name (ParkKeys, park_common.lua)
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
@@ -158,7 +159,7 @@ class ParkKeys(LeaseKeys):
         index and the total are in another slot, so left out on a cluster)."""
         rate = RateKeys(self.prefix, self.name)
         keys = [*self.script_keys(), self.park, self.parked, self.inflight, self.pmeta,
-                self.tokens, rate.rate, rate.pause]  # fmt: skip
+                self.tokens, rate.rate, rate.pause, rate.started]  # fmt: skip
         return keys if cluster else [*keys, park_index(self.prefix), park_total(self.prefix)]
 
 
@@ -173,6 +174,10 @@ class RateKeys(LeaseKeys):
     @property
     def pause(self) -> str:
         return f"{self.base}:pause"
+
+    @property
+    def started(self) -> str:
+        return f"{self.base}:started"
 
 
 def park_index(prefix: str) -> str:

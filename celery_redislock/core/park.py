@@ -86,7 +86,10 @@ class ParkConfig:
 class Verdict(enum.Enum):
     """What an admission decided."""
 
-    HELD = "held"  #: the slot is the caller's lease (``token``: fencing token)
+    #: the slot is the caller's lease (``token``: fencing token); ``wait``: seconds
+    #: its body waits before it starts, so starts keep the key's rate (see
+    #: ``start_delay()`` in rate_common.lua; milliseconds, at most 0.25 s)
+    HELD = "held"
     RESERVED = "reserved"  #: a slot is reserved; publish with ``token``
     PARKED = "parked"  #: stored in the park (``count``: parked now; 0 at claim;
     #: ``wait`` > 0: a slot was free, its rate or a pause admits it in ``wait`` s)
@@ -109,7 +112,9 @@ class Admission:
     @classmethod
     def of(cls, reply: Sequence[Any]) -> Admission:
         verdict, value = Verdict(text(reply[0])), reply[1]
-        if verdict in (Verdict.HELD, Verdict.RESERVED):
+        if verdict is Verdict.HELD:
+            return cls(verdict, token=int(value), wait=int(reply[3]) / 1_000_000)
+        if verdict is Verdict.RESERVED:
             return cls(verdict, token=int(value))
         if verdict in (Verdict.DUPLICATE, Verdict.DROP):
             return cls(verdict, reason=text(value))

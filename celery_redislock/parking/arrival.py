@@ -78,6 +78,8 @@ def admit(
         )  # fmt: skip
     if admission.verdict is Verdict.HELD:
         lease_set.adopt(owner, admission.token, sent_at)
+        if admission.wait:  # starts keep the rate, not only admissions
+            time.sleep(admission.wait)
         return lease_set
     if admission.verdict is Verdict.PARKED:
         announce_parked(task, task_id, name, "arrive", admission)

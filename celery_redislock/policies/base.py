@@ -167,7 +167,10 @@ def take(ctx: Context, blocking: bool) -> bool:
         )  # fmt: skip
         if admission.verdict is Verdict.HELD:
             ctx.rate_wait = None
-            return lease_set.adopt(owner, admission.token, sent_at)
+            held = lease_set.adopt(owner, admission.token, sent_at)
+            if admission.wait:  # starts keep the rate, not only admissions
+                time.sleep(admission.wait)
+            return held
         rated = admission.verdict is Verdict.RATE
         ctx.rate_wait = admission.wait if rated else None
         pause = admission.wait if rated else 0.05  # a slot: no time to wait for, poll

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from celery_redislock import RateLimiter
-from celery_redislock.core.rate import Rate, parse_rate
+from celery_redislock import Overrides, RateLimiter
+from celery_redislock.core.park import ParkConfig, Parking, Verdict
+from celery_redislock.core.rate import Rate, RateTerms, parse_rate
 from tests.waiting import wait_for
 
 
@@ -145,3 +146,43 @@ def test_an_idle_name_leaves_no_key(redis_client: Any, prefix: str, name: str) -
     # The key outlives the arrival time by the 5 ms a parked backlog's schedule may lag.
     assert 0 < redis_client.pttl(limiter.keys.rate) <= 106
     wait_for(lambda: redis_client.exists(limiter.keys.rate) == 0, 5, message="key expired")
+
+
+def test_starts_keep_the_rate_not_only_admissions(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    """Two promotions admitted 100 ms apart whose messages reach workers at the
+    same moment: the second claim waits out the rest of the interval before
+    its body starts (park_claim.lua, start_delay()), so starts, not only
+    admissions, keep 10/s."""
+    park = Parking(redis_client, prefix, name)
+    config = ParkConfig(deadline=30)
+    terms = RateTerms(parse_rate("10/s"))
+    first = park.enqueue("a", 1000, "{}", 0, config, "t", terms)
+    assert first.verdict is Verdict.RESERVED
+    assert park.enqueue("b", 1000, "{}", 0, config, "t", terms).verdict is Verdict.PARKED
+    wait_for(lambda: [p.task_id for p in park.promote(0, config)] == ["b"], 5,
+             message="b promoted at its time")  # fmt: skip
+    assert sorted(e["task_id"] for e in park.status(count=10).promoted) == ["a", "b"]
+    token_b = int(redis_client.hget(f"{prefix}:{{{name}}}:inflight", "b").split(b"|")[0])
+    a = park.claim("a", str(first.token), "o.a", 5, "{}", 1000, "t")
+    b = park.claim("b", str(token_b), "o.b", 5, "{}", 1000, "t")
+    assert a.verdict is b.verdict is Verdict.HELD
+    assert a.wait == 0 and 0.05 < b.wait <= 0.1
+
+
+def test_a_start_that_would_wait_long_goes_back_to_the_park(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    """A rate lowered while promotions are on their way: the run that would
+    wait past 0.25 s before starting is parked again instead of holding a
+    worker process."""
+    park = Parking(redis_client, prefix, name)
+    config = ParkConfig(deadline=30)
+    terms = RateTerms(parse_rate("10/s"), burst=2)
+    tokens = [park.enqueue(t, 1000, "{}", 0, config, "t", terms).token for t in ("a", "b")]
+    assert all(tokens)
+    Overrides(redis_client, name, prefix).set(rate="1/h")
+    assert park.claim("a", str(tokens[0]), "o.a", 5, "{}", 1000, "t").verdict is Verdict.HELD
+    back = park.claim("b", str(tokens[1]), "o.b", 5, "{}", 1000, "t")
+    assert back.verdict is Verdict.PARKED and park.status().parked == 1

@@ -4,7 +4,7 @@
 -- from: an earlier promotion's copy that waited in a busy queue past its
 -- deadline is the same task, and the newer token then becomes stale.  So a
 -- queue slower than the reservation deadline delays a task, never starves it.
--- KEYS: the sixteen keys of park_common.lua (KEYS[15], KEYS[16] only on a single server).
+-- KEYS: the seventeen keys of park_common.lua (KEYS[16], KEYS[17] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token     promotion token from the message header
@@ -13,10 +13,13 @@
 -- ARGV[6] meta      holder meta (JSON)
 -- ARGV[7] limit     the run's limit, evaluated now (< 0: fixed, see limit_of())
 -- ARGV[8] task      its task name (kept with the entry if it goes back)
--- Returns {"held", fencing_token, due} | {"parked", 0, due} (the name is full
--- for this task's own limit: its reservation had lapsed, or the holders
--- already there reach its limit, or the name is paused; the task goes back to
--- its place at the head of the park list) | {"drop", fate, due} for a token no longer in flight,
+-- Returns {"held", fencing_token, due, start_wait_us} (start_wait_us: how long
+-- the run waits before its body starts, so that starts keep the rate; see
+-- start_wait()) | {"parked", 0, due} (the name is full for this task's own
+-- limit: its reservation had lapsed, or the holders already there reach its
+-- limit, or the name is paused, or its start would wait longer than
+-- MAX_START_WAIT_US; the task goes back to its place at the head of the park
+-- list) | {"drop", fate, due} for a token no longer in flight,
 -- fate "stale" (superseded: that copy never runs), "claimed" (a copy of a
 -- claimed promotion: a duplicate, or the broker giving the message back after
 -- the delivery that claimed it died; the caller tells them apart by the
@@ -44,7 +47,11 @@ local state = holder_state()
 -- and no holder may share the name with more holders than its own limit allows.
 -- A pause that began after the promotion holds it too: nothing of the key
 -- starts before the pause ends.
-if not admissible(state, limit_of(limit)) or pause_left_us(PAUSE) > 0 then
+local wait_us = MAX_START_WAIT_US + 1
+if admissible(state, limit_of(limit)) and pause_left_us(PAUSE) == 0 then
+  wait_us = start_wait(e)
+end
+if wait_us > MAX_START_WAIT_US then
   supersede(id, token)  -- it gets a new token when promoted again
   e.limit, e.task = limit, ARGV[8]
   park(id, e)
@@ -53,4 +60,4 @@ end
 token_fate('c', id, token)
 local fencing = add_holder(state, owner, ttl_ms, limit, meta)
 fit_holder_ttl()
-return {'held', fencing, next_due(limit)}
+return {'held', fencing, next_due(limit), wait_us}

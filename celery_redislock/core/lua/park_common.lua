@@ -30,13 +30,16 @@
 --                     parked entry with a rate is promoted only when its
 --                     rate admits it, and takes its units then
 --   KEYS[14] pause    STRING  present while the name's starts are paused
---   KEYS[15] index    ZSET  name -> Redis time (ms) at which the sweeper should
+--   KEYS[15] started  STRING  the schedule of the name's starts (start_delay()
+--                     in rate_common.lua): a run waits that long before its
+--                     body starts, so starts keep the rate, not only admissions
+--   KEYS[16] index    ZSET  name -> Redis time (ms) at which the sweeper should
 --                     look at the name.  Only on a single server: on a
 --                     cluster it lives in another slot, so it is left out of
 --                     KEYS and the caller updates it from the reply.  A
 --                     name whose time becomes the index's earliest is
 --                     published on the channel <index>:wake (next_due()).
---   KEYS[16] total    STRING  tasks parked over all names (single server only,
+--   KEYS[17] total    STRING  tasks parked over all names (single server only,
 --                     like the index; redislock_park_max_total needs it).
 -- ARGV[1] is always the name (the index member).
 -- Times are Redis TIME (NOW_MS from common.lua); expires_ms = 0 means never.
@@ -45,7 +48,8 @@
 --- @include rate_common.lua
 
 local PARK, PARKED, INFLIGHT, PMETA = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local TOKENS, RATE, PAUSE, INDEX, TOTAL = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local TOKENS, RATE, PAUSE, STARTED = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local INDEX, TOTAL = KEYS[16], KEYS[17]
 local PNAME = ARGV[1]
 local STALE_MEMORY_MS = 7 * 24 * 3600 * 1000  -- as the revoke records (parking.REVOKE_MEMORY)
 local CLAIMED_MEMORY_MS = 3600 * 1000  -- kombu's default visibility timeout
@@ -111,6 +115,21 @@ local function rate_admits(e, take, parked)
   local paused = pause_left_us(PAUSE)
   if paused > 0 then return false, paused end
   return true, 0
+end
+
+-- The longest a run waits before its body starts to keep the rate of starts
+-- (the spread of delivery delays, normally milliseconds); a run that would
+-- wait longer (a rate lowered while its promotion was on its way) goes back
+-- to the park instead of holding a worker process.
+local MAX_START_WAIT_US = 250000
+
+-- How long a run of entry `e` admitted now waits before its body starts (us;
+-- 0 without a rate), recorded in the start schedule when at most
+-- MAX_START_WAIT_US; a longer wait is returned without recording it.
+local function start_wait(e)
+  local interval, burst, cost = rate_terms(OVERRIDE, e.interval, e.burst, e.cost)
+  if interval <= 0 then return 0 end
+  return start_delay(STARTED, NOW_US, interval, burst, cost, MAX_START_WAIT_US)
 end
 
 -- An in-flight reservation: its token, its deadline and the parked entry.

@@ -2,7 +2,7 @@
 -- (mode "enqueue"), when a message without a reservation reaches a worker
 -- (mode "arrive"), and for a run of another policy that has a rate (mode
 -- "try": never parks).
--- KEYS: the sixteen keys of park_common.lua (KEYS[15], KEYS[16] only on a single server).
+-- KEYS: the seventeen keys of park_common.lua (KEYS[16], KEYS[17] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] mode         "enqueue" | "arrive" | "try" | "head" (a running task
 --                      pauses its key and goes back to the head of the park)
@@ -16,7 +16,7 @@
 -- ARGV[10] ttl_ms      modes "arrive", "try": lease length
 -- ARGV[11] meta        modes "arrive", "try": holder meta (JSON)
 -- ARGV[12] max_total   bound of the parked tasks over all names (0: none;
---                      needs KEYS[16], so a single server)
+--                      needs KEYS[17], so a single server)
 -- ARGV[13] task        the task name (stored with the entry, see own_limit())
 -- ARGV[14] interval_us the task's rate: microseconds per unit (0: no rate)
 -- ARGV[15] burst       units that may start back to back
@@ -31,7 +31,7 @@
 -- (the caller publishes with the token), "arrive" and "try" take it as a lease.
 -- Returns {"parked", n_parked, rate_wait_ms, due} (rate_wait_ms > 0: a slot
 -- was free but the rate or a pause admits it only then) | {"reserved", token, due} |
--- {"held", fencing_token, due} | {"dup", where, due} (already parked or in
+-- {"held", fencing_token, due, start_wait_us} (see park_claim.lua) | {"dup", where, due} (already parked or in
 -- flight: idempotent) | {"bounded", n_parked, due} (park list at its bound;
 -- nothing stored) | {"bounded_total", n_total, due} (all names together at
 -- redislock_park_max_total; nothing stored) | mode "try" only: {"full", 0, due}
@@ -71,6 +71,11 @@ local state = holder_state()
 local slot = n_parked == 0 and admissible(state, limit_of(limit))
 local rate_ok, wait_us = false, 0
 if slot then rate_ok, wait_us = rate_admits(entry, false) end
+local start_us = 0  -- a run admitted now: its wait before its body starts
+if rate_ok and mode ~= 'enqueue' then
+  start_us = start_wait(entry)
+  if start_us > MAX_START_WAIT_US then rate_ok, wait_us = false, start_us end
+end
 
 if mode == 'try' then
   if not slot then return {'full', 0, next_due(limit)} end
@@ -98,4 +103,4 @@ if mode == 'enqueue' then
 end
 local token = add_holder(state, ARGV[9], tonumber(ARGV[10]), limit, ARGV[11])
 fit_holder_ttl()
-return {'held', token, next_due(limit)}
+return {'held', token, next_due(limit), start_us}
