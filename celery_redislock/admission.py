@@ -25,7 +25,9 @@ from redis.exceptions import RedisClusterException, RedisError
 from . import options, signals
 from .core.leaseset import LeaseSet
 from .core.owners import execution_prefix, execution_tag
+from .core.park import Parking
 from .diagnose import fail_closed
+from .parking.states import StillPending
 from .policies import POLICIES, Context, announce_contended, check_policy, requeue
 from .release import lost_signal
 
@@ -79,23 +81,48 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
     Run phase, for every policy.  That is a redelivery after
     ``visibility_timeout``, or the run after a ``retry(throw=False)``: running
     alongside the earlier one, or waiting on it, would be wrong.  Before
-    acquiring, only re-runs (marked redelivered, or ``retries > 0``) look;
+    acquiring, only re-runs (marked redelivered, ``retries > 0``, or a copy
+    this library requeued, which carries its requeue count: a requeue made
+    here drops the redelivered mark, and the copy must look again) look;
     after a refused acquisition (``contended``) every run looks, since a copy
     can carry no redelivered mark: one published again with the same task id
     by a producer or by hand (RabbitMQ and every kombu Redis transport from
     5.3 on do mark their own redeliveries).
+
+    A copy whose park promotion token is stale (superseded: its task runs from
+    the park, e.g. a run that went back there with ``redislock_pause``) is
+    dropped instead: that copy never runs.
 
     When it defers, it sends ``lock_contended(policy="redelivered")`` and
     raises Celery's ``Retry`` (see :func:`~celery_redislock.policies.requeue`);
     otherwise it returns.
     """
     task, request = ctx.task, ctx.request
-    rerun = request.retries or (request.delivery_info or {}).get("redelivered")
+    rerun = (
+        request.retries
+        or (request.delivery_info or {}).get("redelivered")
+        or options.header(request, options.HEADER_REQUEUES) is not None
+    )
     if not (rerun or contended):
         return
     tag = execution_tag(request.id)
     mine = [h for h in ctx.need_lease_set().holders() if h.owner.startswith(tag)]
     if mine:
+        _drop_if_stale(ctx)
         announce_contended(ctx, "redelivered")
         delay = min(max(h.expires_in for h in mine), max(task.lock_retry_countdown, 0.5))
         requeue(ctx, delay + random.uniform(0, task.lock_retry_jitter), count=False)
+
+
+def _drop_if_stale(ctx: Context) -> None:
+    """Raise ``StillPending`` (acknowledged, nothing stored) if this copy carries
+    a park promotion token that is stale: the task runs from its park."""
+    token = options.header(ctx.request, options.HEADER_PARK_TOKEN)
+    if token is None:
+        return
+    lease_set = ctx.need_lease_set()
+    parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
+    if parking.where(ctx.task_id, str(token))[1] == "stale":
+        log.info("%s[%s] dropped: a stale copy (token %s); the task runs from its park",
+                 ctx.task.name, ctx.task_id, token)  # fmt: skip
+        raise StillPending()

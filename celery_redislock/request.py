@@ -37,13 +37,15 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from billiard.einfo import ExceptionWithTraceback
+from billiard.einfo import ExceptionInfo, ExceptionWithTraceback
 from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
+from celery.exceptions import Ignore
 from celery.worker.request import Request
 
 from .core.keys import LeaseKeys
 from .core.liveness import process_gone
 from .core.owners import execution_prefix
+from .core.park import Parking
 from .core.scripts import REFRESH_PREFIX
 from .options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
 from .settings import client_for, settings_for
@@ -53,6 +55,15 @@ __all__ = ["WATCHER", "ChildWatcher", "LockRequest", "check_pool"]
 log = logging.getLogger("celery_redislock")
 
 _CHILD_GONE = (WorkerLostError, Terminated, TimeLimitExceeded, SystemExit, KeyboardInterrupt)
+
+
+def _ignored() -> ExceptionInfo:
+    """An ``ExceptionInfo`` of Celery's ``Ignore``: what ``Request.on_failure``
+    acknowledges without a state or a signal."""
+    try:
+        raise Ignore()
+    except Ignore:
+        return ExceptionInfo()
 
 
 def _reason(exc: BaseException) -> str:
@@ -85,6 +96,15 @@ class LockRequest(Request):  # type: ignore[misc]
         exc = exc_info.exception
         if isinstance(exc, ExceptionWithTraceback):
             exc = exc.exc
+        if isinstance(exc, (WorkerLostError, TimeLimitExceeded)) and self._redislock_in_park():
+            # The run had put its task back in the park (redislock_pause) before
+            # its process died: the park has the task, which runs again from
+            # there, so this is not its failure.  Acknowledged as Celery does for
+            # Ignore (no FAILURE, no task_failure, no requeue): its state stays
+            # PARKED.
+            log.info("%s[%s]: its process died after the task went back to the park; "
+                     "it runs from there", self.task.name, self.id)  # fmt: skip
+            exc_info = _ignored()
         try:
             return super().on_failure(
                 exc_info, send_failed_event=send_failed_event, return_ok=return_ok
@@ -123,6 +143,19 @@ class LockRequest(Request):  # type: ignore[misc]
         return revoked
 
     _redislock_discarded = False
+
+    def _redislock_in_park(self) -> bool:
+        """Whether this task id waits in its name's park (parked or promoted)."""
+        name_of = getattr(self.task, "redislock_name", None)
+        if name_of is None:
+            return False
+        try:
+            client, settings = client_for(self.task.app)
+            name = name_of(self.args, self.kwargs)
+            return bool(Parking(client, settings.prefix, name).where(self.id)[0])
+        except Exception as exc:  # Celery's own handling then: FAILURE, as without us
+            log.error("%s[%s]: could not read its park (%r)", self.task.name, self.id, exc)
+            return False
 
     def terminate(self, pool: Any, signal: Any = None) -> None:
         super().terminate(pool, signal)

@@ -90,9 +90,7 @@ class Overrides:
         self.prefix = validate_prefix(prefix)
         self.keys = LeaseKeys(prefix, name)
 
-    def set(
-        self, *, limit: int | None = None, rate: object = None, burst: int = 1
-    ) -> Override:
+    def set(self, *, limit: int | None = None, rate: object = None, burst: int = 1) -> Override:
         """Override the limit, the rate (and its burst), or both; what is not
         given stays as it is.  Returns the override now in force."""
         if limit is None and rate is None:

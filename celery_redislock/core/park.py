@@ -46,6 +46,7 @@ from .scripts import (
     PARK_PROMOTE,
     PARK_RELEASE,
     PARK_WAKE,
+    PARK_WHERE,
     LuaScript,
     text,
 )
@@ -246,18 +247,29 @@ class Parking:
 
     def park_at_head(
         self, task_id: str, limit: int, envelope: str, expires_in: float, pause: float,
-        task_name: str, rate: RateTerms,
+        task_name: str, rate: RateTerms, token: str = "",
     ) -> Admission:  # fmt: skip
         """A running task puts itself back ahead of all parked work of the name
         and pauses the name for ``pause`` seconds (a pause only lengthens):
-        PARKED, with ``wait`` the pause left."""
+        PARKED, with ``wait`` the pause left.  ``token``: the promotion token the
+        run was claimed with, if any; it becomes stale, so a copy of the run's
+        message (redelivered after a crash) never runs: the park has the task."""
         return self._admit("head", task_id, limit, envelope, expires_in, ParkConfig(),
-                           task_name=task_name, rate=rate, pause=pause)  # fmt: skip
+                           task_name=task_name, rate=rate, pause=pause, token=token)  # fmt: skip
+
+    def where(self, task_id: str, token: str = "") -> tuple[str, str]:
+        """Where ``task_id`` is: ``"parked"``, ``"inflight"`` (promoted, its
+        message on its way) or ``""`` (neither: never parked, or claimed since);
+        and the fate of its promotion ``token``: ``"stale"`` (that copy never
+        runs), ``"claimed"`` or ``""`` (none recorded, or no token)."""
+        keys = [self.keys.parked, self.keys.inflight, self.keys.tokens]
+        where, fate = PARK_WHERE(self.client, keys, [task_id, token])
+        return text(where), text(fate)
 
     def _admit(
         self, mode: str, task_id: str, limit: int, envelope: str, expires_in: float,
         config: ParkConfig, owner: str = "", ttl: float = 0.0, meta: str = "",
-        task_name: str = "", rate: RateTerms = NO_RATE, pause: float = 0.0,
+        task_name: str = "", rate: RateTerms = NO_RATE, pause: float = 0.0, token: str = "",
     ) -> Admission:  # fmt: skip
         if config.max_total and self.cluster:
             raise ValueError(
@@ -269,7 +281,7 @@ class Parking:
             [mode, task_id, limit, envelope, _ms(expires_in) if expires_in > 0 else 0,
              _ms(config.deadline), config.max_parked, owner, _ms(ttl) if ttl else 0, meta,
              config.max_total, _field(task_name), *rate.script_args(),
-             _ms(pause) if pause > 0 else 0],
+             _ms(pause) if pause > 0 else 0, token],
         )  # fmt: skip
         return Admission.of(reply)
 

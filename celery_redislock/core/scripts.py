@@ -37,6 +37,7 @@ __all__ = [
     "PARK_PROMOTE",
     "PARK_RELEASE",
     "PARK_WAKE",
+    "PARK_WHERE",
     "RATE_ACQUIRE",
     "RATE_PAUSE",
     "REFRESH",
@@ -129,6 +130,7 @@ PARK_DROP = _script("park_drop.lua")
 PARK_INSPECT = _script("park_inspect.lua")
 PARK_DUE = _script("park_due.lua")
 PARK_WAKE = _script("park_wake.lua")
+PARK_WHERE = _script("park_where.lua")
 RATE_ACQUIRE = _script("rate_acquire.lua")
 RATE_PAUSE = _script("rate_pause.lua")
 OVERRIDE = _script("override.lua")

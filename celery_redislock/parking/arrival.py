@@ -104,10 +104,11 @@ def back_to_the_head(
     ends.  State ``PARKED``; signals ``lock_parked`` and ``lock_rate_limited``."""
     envelope = envelope_of_request(task, request, args, kwargs)
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
+    token = header(request, HEADER_PARK_TOKEN)
     admission = parking.park_at_head(
         request.id, lease_set.script_limit, json_dumps(envelope),
         expires_in(envelope["headers"], task.app), seconds, task.name,
-        task.redislock_rate(args, kwargs),
+        task.redislock_rate(args, kwargs), "" if token is None else str(token),
     )  # fmt: skip
     if admission.verdict is Verdict.PARKED:
         announce_parked(task, request.id, lease_set.name, "pause", admission)

@@ -124,6 +124,39 @@ def test_redelivery_of_the_same_task_id_neither_overlaps_nor_deadlocks(
         assert running <= 1
 
 
+def test_a_redelivered_copy_never_runs_beside_its_first_run_on_a_free_slot(
+    redis_url: str, start_worker: Any, redis_client: redis.Redis
+) -> None:
+    """A semaphore (limit 2) has a free slot, so only the task id keeps the
+    redelivered copy out: it requeues itself while its first run holds a slot,
+    and its requeued message (which carries no redelivered mark) must look
+    again, not take the free slot beside the first run."""
+    config = make_config(redis_url, acks_late="1", visibility="4")
+    app = create_app(config)
+    start_worker(config, concurrency=3)
+    result = app.tasks["basic.parked"].delay("sem", 0, 120, True)
+    wait_for(lambda: starts(app, "parked", "sem"), 60, message="first run")
+
+    def deferrals() -> int:
+        return sum(
+            s["signal"] == "redislock_contended" and s["task_id"] == result.id
+            and s["policy"] == "redelivered"
+            for s in app.recorder.signals()
+        )  # fmt: skip
+
+    restore_timeout, waited_for = redis_restore_wait()
+    wait_for(lambda: deferrals() >= 2, restore_timeout + 30,
+             message="the requeued copy looking again: " + waited_for)  # fmt: skip
+    assert len(starts(app, "parked", "sem")) == 1  # it did not run alongside
+    redis_client.set(f"{config['prefix']}:gate:sem", 1, ex=600)
+    assert result.get(timeout=60)["name"] == "park:sem"
+    wait_for(lambda: not holders(app, "basic.parked", "sem"), 60, message="release")
+    running = 0
+    for event in sorted(app.recorder.events("parked", "sem"), key=lambda e: e["t"]):
+        running += 1 if event["what"] == "start" else -1
+        assert running <= 1
+
+
 def test_redis_for_locks_unreachable_fails_closed(redis_url: str, start_worker: Any) -> None:
     config = make_config(redis_url, lock_redis=f"redis://127.0.0.1:{free_port()}/0")
     app = create_app(config)

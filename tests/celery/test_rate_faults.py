@@ -4,13 +4,12 @@
   went back to the head of its key's park and before its run released the
   lease (fault point ``after_pause_park`` of tests/celery_apps/basic.py):
   the task is not lost, runs again (same id) once the pause is over and its
-  dead run is gone, before the key's later tasks, in FIFO order; with
-  acks_late the requeued copy of the killed run is dropped while the task is
-  parked.  Two known bugs of that path are shown by strict xfail tests, each
-  failing on an exception of its own (any other failure fails them):
-  ``ParkedTaskShownFailed`` (early acks: FAILURE while parked) and
-  ``SameIdRanConcurrently`` (acks_late: a copy requeued after the re-run began
-  runs beside it).
+  dead run is gone, before the key's later tasks, in FIFO order; its state
+  stays PARKED meanwhile (the main process acknowledges the dead run as
+  Celery does an ``Ignore``: no FAILURE, no requeue); and a copy of the
+  killed run's message that Celery requeues anyway (acks_late, once the task
+  runs again) never runs beside the re-run: its promotion token went stale
+  when the task went back to the park.
 * The sweeper does not spin on a name that is due now but cannot be promoted.
 """
 
@@ -87,9 +86,10 @@ def kill_in_pause(app: Any, key: str, pause: float) -> AsyncResult:
 
 
 def celery_saw_the_lost_child(worker: WorkerProcess) -> bool:
-    """Celery's own handling of the lost job happened (``WorkerLostError``:
-    stored as FAILURE, requeued, or "succeeded before the worker was lost")."""
-    return "WorkerLostError" in Path(worker.log_path).read_text(errors="replace")
+    """The main process handled the lost job: ``LockRequest.on_failure`` found the
+    task in its park (logged), or Celery's own handling (``WorkerLostError``)."""
+    log = Path(worker.log_path).read_text(errors="replace")
+    return "went back to the park" in log or "WorkerLostError" in log
 
 
 def resume(app: Any, key: str) -> None:
@@ -116,9 +116,8 @@ def test_a_child_killed_between_pause_park_and_release_runs_again_after_the_paus
     entry is the task.  The main process releases the dead run's lease; once the
     pause is over the sweeper promotes the entry, the same id runs again first,
     then the key's later tasks in FIFO order; no start of the key falls in the
-    pause; every result ends SUCCESS, also once Celery has handled the lost
-    child (on these versions right after the kill: it stores FAILURE meanwhile,
-    see the next test, which this one does not look at)."""
+    pause; every result ends SUCCESS, also once the main process has handled
+    the lost child."""
     pause = 3.0
     config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}"}
     app = create_app(config)
@@ -148,28 +147,17 @@ def test_a_child_killed_between_pause_park_and_release_runs_again_after_the_paus
     assert (status.parked, status.in_flight) == (0, 0)
 
 
-class ParkedTaskShownFailed(AssertionError):
-    """The known bug test_..._is_not_failure_while_parked demonstrates."""
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=ParkedTaskShownFailed,
-    reason="BUG: with early acks, Celery stores FAILURE (WorkerLostError) for a task "
-    "that redislock_pause parked at the head before its child died; the task then runs",
-)
 def test_a_child_killed_between_pause_park_and_release_is_not_failure_while_parked(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """KNOWN BUG (early acks, the default).  A pause longer than Celery takes to
+    """Early acks (the default), a pause longer than the main process takes to
     report the dead child (a 429's Retry-After of a minute; here the pause is
-    ended by ``resume`` once Celery has reported it, so the order is fixed):
-    Celery's ``Request.on_failure(WorkerLostError)`` stores FAILURE (and sends
-    ``task_failure``, calls errbacks, counts a chord member failed) while the
-    task waits at the head of its park; then it runs and ends SUCCESS.  A
-    client's ``get()`` meanwhile raises WorkerLostError for a task that is
-    going to run.  ``LockRequest.on_failure`` (celery_redislock/request.py)
-    releases the lease but leaves Celery's FAILURE as it is."""
+    ended by ``resume`` once it has reported it, so the order is fixed): the
+    task waits at the head of its park, so its state stays PARKED (Celery
+    alone would store FAILURE with WorkerLostError, send ``task_failure`` and
+    call errbacks for a task that is going to run: ``LockRequest.on_failure``
+    finds it in its park and acknowledges it as an ``Ignore``); then it runs
+    and ends SUCCESS."""
     config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "lost_wait": "1"}
     app = create_app(config)
     with worker_factory(tmp_path_factory.mktemp("rate-pause-kill-state")) as start:
@@ -185,28 +173,27 @@ def test_a_child_killed_between_pause_park_and_release_is_not_failure_while_park
         wait_for(lambda: fresh(app, first.id).state == "SUCCESS", 120, message="SUCCESS")
     assert fresh(app, first.id).result == 0
     assert_ran_again_once(app, key, first.id, [])
-    if while_parked[0] != PARKED:
-        raise ParkedTaskShownFailed(f"parked at the head of its park, but shown {while_parked}")
+    assert while_parked[0] == PARKED, f"parked at the head of its park, but shown {while_parked}"
 
 
 def test_acks_late_a_child_killed_between_pause_park_and_release_runs_again_once(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """acks_late + reject_on_worker_lost: Celery requeues the killed run's
-    message; its copy arrives while the task waits at the head of its park and
-    is dropped (a copy of a parked task), without a FAILURE; after the pause
-    the task runs once more and nothing else of it is left in the broker."""
+    """acks_late + reject_on_worker_lost: the main process finds the task in its
+    park and acknowledges the killed run's message instead of requeueing it,
+    without a FAILURE; after the pause the task runs once more and nothing
+    else of it is left in the broker."""
     config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "acks_late": "1",
               "lost_wait": "1"}  # fmt: skip
     app = create_app(config)
     client = app.recorder.client
     with worker_factory(tmp_path_factory.mktemp("rate-pause-kill-late")) as start:
-        start(config, pool="prefork", concurrency=2)
+        worker = start(config, pool="prefork", concurrency=2)
         first = kill_in_pause(app, key, 600)
-        drops = f"{config['prefix']}:park-drops"
-        wait_for(lambda: f"{first.id} dup 'parked'".encode() in client.lrange(drops, 0, -1), 120,
-                 message="the requeued copy dropped")  # fmt: skip
+        wait_for(lambda: celery_saw_the_lost_child(worker), 120, message="the lost child handled")
+        assert "went back to the park" in Path(worker.log_path).read_text(errors="replace")
         assert fresh(app, first.id).state == PARKED
+        assert client.llen(f"q-{config['prefix']}") == 0  # acknowledged, not requeued
         status = parking(app, key).status(1)
         assert status.parked == 1 and status.entries[0]["task_id"] == first.id
         resume(app, key)
@@ -214,10 +201,6 @@ def test_acks_late_a_child_killed_between_pause_park_and_release_runs_again_once
         assert fresh(app, first.id).result == 0
         assert client.llen(f"q-{config['prefix']}") == 0
     assert_ran_again_once(app, key, first.id, [])
-
-
-class SameIdRanConcurrently(AssertionError):
-    """The known bug test_acks_late_a_copy_requeued_late_... demonstrates."""
 
 
 def max_overlap_of(events: list[dict[str, Any]]) -> int:
@@ -228,27 +211,18 @@ def max_overlap_of(events: list[dict[str, Any]]) -> int:
     return most
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SameIdRanConcurrently,
-    reason="BUG: a redelivered copy that deferred to a running execution of its id "
-    "(defer_to_earlier_delivery) comes back without its redelivered mark and runs "
-    "alongside it when the name has a free slot (a rate or a semaphore)",
-)
 def test_acks_late_a_copy_requeued_late_does_not_run_alongside_the_rerun(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """KNOWN BUG (acks_late + reject_on_worker_lost).  The child is killed after
-    its park-at-head, and Celery requeues its message only once the parked task
+    """acks_late + reject_on_worker_lost.  The child is killed after its
+    park-at-head, and Celery requeues its message only once the parked task
     already runs again (here the first worker's main process is stopped
     meanwhile, so the order is fixed; in life: Celery reporting the lost child
-    later than a short pause ends).  The requeued copy is marked redelivered,
-    finds the running re-run's lease and requeues itself
-    (admission.defer_to_earlier_delivery, policies/retry.py requeue with
-    count=False): that new message keeps retries=0 and drops the redelivered
-    mark, so on arrival nothing looks for an earlier delivery before acquiring;
-    the rate key (no cap) admits it (arrival.admit: no park token, nothing
-    parked or in flight), and the same task id runs in two processes at once."""
+    later than a short pause ends; the task is no longer in the park then, so
+    the main process lets Celery requeue).  The requeued copy carries the
+    promotion token of the killed run, which went stale when the task went
+    back to the park: it is dropped and never runs beside the re-run (the
+    rate key has no cap: nothing else would keep it out)."""
     prefix = f"t-{uuid.uuid4().hex[:12]}"
     config = {"redis": redis_url, "prefix": prefix, "acks_late": "1"}
     app = create_app(config)
@@ -264,7 +238,7 @@ def test_acks_late_a_copy_requeued_late_does_not_run_alongside_the_rerun(
             client.set(f"{prefix}:pregate:{key}", 1)
             wait_for(lambda: not client.exists(f"{prefix}:fault:after_pause_park"), 60,
                      message="the child killed at the park-at-head")  # fmt: skip
-            start(config, pool="prefork", concurrency=2)
+            second_worker = start(config, pool="prefork", concurrency=2)
             resume(app, key)
             wait_for(lambda: len(events(app, key, "start")) == 2, 60, message="the re-run")
         finally:
@@ -274,11 +248,14 @@ def test_acks_late_a_copy_requeued_late_does_not_run_alongside_the_rerun(
             return [s for s in signals_of(app, "redislock_contended", first.id)
                     if s["policy"] == "redelivered"]  # fmt: skip
 
-        wait_for(met_itself, 120, message="the requeued copy meeting the re-run")
-        # Its requeued message comes back: it runs (the bug), defers again, or is dropped.
-        wait_for(lambda: len(events(app, key, "start")) == 3 or len(met_itself()) > 1
-                 or first.id.encode() in b" ".join(client.lrange(f"{prefix}:park-drops", 0, -1)),
-                 120, message="the requeued copy's next arrival")  # fmt: skip
+        def dropped() -> bool:
+            logs = (Path(w.log_path).read_text(errors="replace")
+                    for w in (first_worker, second_worker))  # fmt: skip
+            return any(f"[{first.id}] dropped: a stale copy" in text for text in logs)
+
+        wait_for(lambda: dropped() or met_itself() or len(events(app, key, "start")) == 3,
+                 120, message="the requeued copy's arrival")  # fmt: skip
+        assert dropped() and not met_itself(), "the copy was not dropped as stale"
         client.set(f"{prefix}:gate:{key}", 1)
         wait_for(lambda: fresh(app, first.id).state == "SUCCESS", 120, message="SUCCESS")
         wait_for(lambda: len(events(app, key, "end")) == len(events(app, key, "start")) - 1, 120,
@@ -287,9 +264,8 @@ def test_acks_late_a_copy_requeued_late_does_not_run_alongside_the_rerun(
     killed = runs[0]["pid"]
     assert [e["what"] for e in runs[:2]] == ["start", "paused"]
     overlap = max_overlap_of([e for e in runs[2:] if e["pid"] != killed])
-    if overlap > 1:
-        starts = [(e["pid"], round(e["t"] - runs[0]["t"], 3)) for e in runs if e["what"] == "start"]
-        raise SameIdRanConcurrently(f"{overlap} runs of {first.id} at once; starts {starts}")
+    starts = [(e["pid"], round(e["t"] - runs[0]["t"], 3)) for e in runs if e["what"] == "start"]
+    assert overlap <= 1 and len(starts) == 2, f"{overlap} runs of {first.id} at once; {starts}"
 
 
 # -- the sweeper -----------------------------------------------------------

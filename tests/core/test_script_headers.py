@@ -121,6 +121,7 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     park.arrive("t3", 1, "{}", 0, config, "owner.3", 5, "{}", "task")
     park.status(count=10)
     park.drop("t2")
+    assert park.where("t2", "1") == ("", "")
     due_names(redis_client, prefix)
     wake(redis_client, prefix, f"{name}-p")
 

@@ -22,6 +22,9 @@
 -- ARGV[15] burst       units that may start back to back
 -- ARGV[16] cost        units this start takes (1 <= cost <= burst)
 -- ARGV[17] pause_ms    mode "head": pause the name this long (a pause only lengthens)
+-- ARGV[18] token       mode "head": the promotion token the run was claimed with
+--                      ("": none); it becomes stale, so a copy of the run's
+--                      message (redelivered after a crash) never runs
 -- The name is *full* when no holder may join (reservations included; see
 -- admissible() in common.lua: the limits of every holder count), or anything
 -- is parked: then the task is parked (FIFO, so no newcomer overtakes parked
@@ -62,6 +65,10 @@ local entry = {seq = 0, expires_ms = expires_ms, enqueued_ms = NOW_MS, limit = l
 local n_parked = redis.call('ZCARD', PARK)
 if mode == 'head' then
   local pause_ms = extend_pause(PAUSE, tonumber(ARGV[17]))
+  if ARGV[18] ~= '' then
+    redis.call('ZREM', TOKENS, 'c|' .. id .. '|' .. ARGV[18])
+    supersede(id, ARGV[18])
+  end
   local first = redis.call('ZRANGE', PARK, 0, 0, 'WITHSCORES')
   entry.seq = first[2] and tonumber(first[2]) - 1 or redis.call('HINCRBY', PMETA, 'seq', 1)
   park(id, entry)
