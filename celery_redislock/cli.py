@@ -6,6 +6,7 @@ point, so it reads the same app configuration as the workers::
     celery -A proj redislock status                 # held locks/semaphores, waiters
     celery -A proj redislock status --json          # the same, for machines
     celery -A proj redislock status --match 'account:*'
+    celery -A proj redislock status --top 10 --watch 2  # the busiest keys, live
     celery -A proj redislock release report:42      # asks for confirmation
     celery -A proj redislock release report:42 --owner <owner> --force
     celery -A proj redislock pause api:acme 30      # no task of the key starts for 30 s
@@ -31,7 +32,7 @@ if it must not go on.
 
 The group and its sub-commands are here; finding the Redis and reporting
 mistakes in :mod:`celery_redislock.cli_target`, the text output in
-:mod:`celery_redislock.cli_format`.
+:mod:`celery_redislock.cli_format`, ``status --top`` in :mod:`celery_redislock.cli_top`.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from .cli_target import (
     connection_options,
     redis_errors,
 )
+from .cli_top import show_top
 from .core import liveness
 from .core.inspection import Snapshot, force_release, inspect_names, snapshot
 from .core.keys import LeaseKeys
@@ -95,9 +97,21 @@ def redislock(
     type=click.IntRange(min=0),
     help="Waiters listed per name in text output (--json lists all).",
 )
+@click.option("--top", "top", type=click.IntRange(min=1),
+              help="Only the N busiest keys, one line each (docs/cli.md).")  # fmt: skip
+@click.option("--watch", "every", type=click.FloatRange(min=0, min_open=True),
+              help="With --top: redraw every S seconds until Ctrl-C.")  # fmt: skip
 @connection_options
-def status(target: Target, as_json: bool, match: str, max_waiters: int) -> None:
+def status(
+    target: Target, as_json: bool, match: str, max_waiters: int, top: int | None,
+    every: float | None,
+) -> None:  # fmt: skip
     """List held locks and semaphores: holders, fencing tokens, ages, waiters."""
+    if every is not None and top is None:
+        raise Mistake("--watch goes with --top N")
+    if top is not None:
+        show_top(target, top, every, match, as_json)
+        return
     with redis_errors(target):
         snap = snapshot(target.client, target.prefix, match)
         parked = [r for r in parking.status(target.client, target.prefix)

@@ -36,6 +36,8 @@ class Holder:
     meta: dict[str, Any]
     #: the limit the holder acquired with (set on every holder read from Redis)
     limit: int | None = None
+    #: that limit is fixed (a lock's): no run-time override applies to it
+    fixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Waiter:
     meta: dict[str, Any]
     #: the limit the waiter asks with (set on every waiter read from Redis)
     limit: int | None = None
+    #: that limit is fixed (a lock's): no run-time override applies to it
+    fixed: bool = False
 
 
 def parse_inspect(reply: Any) -> tuple[float, list[Holder], list[Waiter]]:
@@ -63,14 +67,21 @@ def parse_inspect(reply: Any) -> tuple[float, list[Holder], list[Waiter]]:
                 expires_in=(float(raw_holders[i + 1]) - int(now_ms)) / 1000,
                 ttl=int(ttl_ms) / 1000,
                 meta=_parse_meta(meta),
-                limit=limit,
+                limit=abs(limit),
+                fixed=limit < 0,
             )
         )
     waiters = []
     for i in range(0, len(raw_waiters), 2):
         (_, ttl_ms), limit, meta = _split_entry(text(raw_waiters[i + 1]), 2)
         waiters.append(
-            Waiter(text(raw_waiters[i]), int(ttl_ms) / 1000, _parse_meta(meta), limit=limit)
+            Waiter(
+                text(raw_waiters[i]),
+                int(ttl_ms) / 1000,
+                _parse_meta(meta),
+                limit=abs(limit),
+                fixed=limit < 0,
+            )
         )
     return int(now_ms) / 1000, holders, waiters
 
@@ -80,14 +91,14 @@ def _split_entry(entry: str, fields: int) -> tuple[list[str], int, str]:
 
     Every entry is ``fields`` numeric fields, the limit, then the meta (which
     may contain ":"), separated by ":" (see ``lua/common.lua``).  The limit is
-    stored as its caller passed it (negative when fixed) and returned as a
-    count.  ValueError if ``entry`` is not one (e.g. empty: the holder's info
+    stored as its caller passed it (negative when fixed) and returned so.
+    ValueError if ``entry`` is not one (e.g. empty: the holder's info
     entry is missing).
     """
     *head, limit, meta = entry.split(":", fields + 1)
     if len(head) != fields:
         raise ValueError(f"not a lease-set entry with {fields} leading fields: {entry!r}")
-    return head, abs(int(limit)), meta
+    return head, int(limit), meta
 
 
 def _parse_meta(raw: str) -> dict[str, Any]:

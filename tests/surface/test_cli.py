@@ -8,12 +8,14 @@ plugin is found through the ``celery.commands`` entry point), once as a real
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +29,11 @@ from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner, Result
 
 from celery_redislock import FairSemaphore, RateLimiter, RedisLock
+from celery_redislock.cli_top import CLEAR, watch
 from celery_redislock.core.connection import client_from_url
+from celery_redislock.core.override import Overrides
+from celery_redislock.core.park import ParkConfig, Parking, Verdict
+from celery_redislock.parking import discard
 from celery_redislock.servers import RedisServer, free_port
 from devtools.engines import SentinelGroup
 from example_worker.demo import stop_group, worker_process
@@ -590,3 +596,167 @@ def test_user_mistakes_are_one_line_with_the_right_status(own_redis: RedisServer
     one_line_error(
         celery_redislock("redislock", "status"), 2, "no Celery app given", "before or after"
     )
+
+
+# -- status --top [--watch]: the busiest keys --------------------------------------------------
+
+
+def top_table(output: str) -> list[list[str]]:
+    """The rows of a ``status --top`` text frame, split into columns (heading left out)."""
+    lines = output.strip().splitlines()
+    assert lines[1].split() == ["KEY", "KIND", "HELD", "RESERVED", "WAITING", "PARKED",
+                                "OLDEST", "PAUSED", "NEXT", "DUE"], output  # fmt: skip
+    return [line.split() for line in lines[2:]]
+
+
+def test_status_top_ranks_the_busiest_keys(
+    app_module: str, redis_client: redis.Redis, prefix: str, spawn: Callable[..., Holder]
+) -> None:
+    """Busiest = (parked, held + reserved, waiting, oldest parked age), each
+    descending: real holders, a FIFO waiter in another process, and parks."""
+    busy = [FairSemaphore(redis_client, "sem:busy", 3, ttl=30, prefix=prefix) for _ in range(3)]
+    calm = FairSemaphore(redis_client, "sem:calm", 1, ttl=30, prefix=prefix)
+    quiet = FairSemaphore(redis_client, "sem:quiet", 2, ttl=30, prefix=prefix)
+    for sem in [*busy, calm, quiet]:
+        assert sem.acquire(blocking=False)
+    waiter = spawn("sem:calm", slots=1, task_id="w-1")
+    config = ParkConfig(deadline=60)
+    older = Parking(redis_client, prefix, "api:acme")  # a semaphore of one slot
+    assert older.enqueue("a1", 1, "{}", 0, config, "proj.call").verdict is Verdict.RESERVED
+    for i, parked in [(2, 1), (3, 2)]:
+        assert older.enqueue(f"a{i}", 1, "{}", 0, config, "proj.call").count == parked
+    RateLimiter(redis_client, "api:acme", prefix=prefix).pause(600)
+    wait_for(lambda: (older.status().oldest_age or 0) >= 0.2, message="api:acme to age")
+    newer = Parking(redis_client, prefix, "api:later")  # a lock (limit passed fixed)
+    assert newer.enqueue("b1", -1, "{}", 0, config, "proj.lock").verdict is Verdict.RESERVED
+    for i, parked in [(2, 1), (3, 2)]:
+        assert newer.enqueue(f"b{i}", -1, "{}", 0, config, "proj.lock").count == parked
+
+    def waiting() -> dict[str, Any] | None:
+        out = run("-A", app_module, "redislock", "status", "--top", "9", "--json")
+        data: dict[str, Any] = json.loads(out.stdout)
+        rows = {r["name"]: r for r in data["top"]}
+        return data if rows.get("sem:calm", {}).get("waiting") == 1 else None
+
+    data = wait_for(waiting, timeout=30, message="the sem:calm process to queue")
+    assert data is not None
+    assert set(data) == {"url", "prefix", "top"} and data["prefix"] == prefix
+    assert [r["name"] for r in data["top"]] == [
+        "api:acme", "api:later", "sem:busy", "sem:calm", "sem:quiet",
+    ]  # fmt: skip
+    acme, later, sem_busy, sem_calm, sem_quiet = data["top"]
+    assert {k: acme[k] for k in ("kind", "held", "reserved", "limit", "waiting", "parked")} == {
+        "kind": "semaphore", "held": 0, "reserved": 1, "limit": 1, "waiting": 0, "parked": 2,
+    }  # fmt: skip
+    assert acme["oldest_parked_age"] > later["oldest_parked_age"] >= 0
+    assert 500 < acme["paused_for"] <= 600 and 500 < acme["next_due_in"] <= 600
+    assert (later["kind"], later["limit"], later["reserved"], later["paused_for"]) == (
+        "lock", 1, 1, 0.0
+    )  # fmt: skip
+    assert (sem_busy["held"], sem_busy["limit"], sem_busy["parked"]) == (3, 3, 0)
+    assert sem_busy["oldest_parked_age"] is None and sem_busy["next_due_in"] == 0
+    assert (sem_calm["held"], sem_calm["limit"], sem_calm["waiting"]) == (1, 1, 1)
+    assert (sem_quiet["held"], sem_quiet["limit"], sem_quiet["waiting"]) == (1, 2, 0)
+
+    text = run("-A", app_module, "redislock", "status", "--top", "2")
+    assert text.exit_code == 0, text.output
+    heading = text.stdout.splitlines()[0]
+    assert heading.startswith(f"top 2 of 5 busy key(s) under prefix '{prefix}' on redis://")
+    assert "busiest first by (parked, held+reserved, waiting, oldest parked age)" in heading
+    first, second = top_table(text.stdout)
+    assert first[:6] == ["api:acme", "semaphore", "0/1", "1", "0", "2"]
+    assert first[6].endswith("s") and 500 < float(first[7].removesuffix("s")) <= 600
+    assert 500 < float(first[8].removesuffix("s")) <= 600
+    assert second == ["api:later", "lock", "0/1", "1", "0", "2", second[6], "-", "-"]
+
+    # --match narrows the keys before ranking; an override's limit is shown.
+    Overrides(redis_client, "sem:quiet", prefix).set(limit=5)
+    sems = run("-A", app_module, "redislock", "status", "--top", "3", "--match", "sem:*")
+    assert sems.exit_code == 0, sems.output
+    assert top_table(sems.stdout) == [
+        ["sem:busy", "semaphore", "3/3", "0", "0", "0", "-", "-", "-"],
+        ["sem:calm", "semaphore", "1/1", "0", "1", "0", "-", "-", "-"],
+        ["sem:quiet", "semaphore", "1/5", "0", "0", "0", "-", "-", "-"],
+    ]
+    calm.release()
+    waiter.wait_held()
+    assert waiter.finish() == ["released"]
+    for sem in [*busy, quiet]:
+        sem.release()
+    for name in ("api:acme", "api:later"):
+        discard(redis_client, prefix, name)
+    empty = run("-A", app_module, "redislock", "status", "--top", "2", "--match", "sem:*")
+    assert empty.stdout.startswith("nothing held, waiting or parked under prefix")
+
+
+def test_status_top_bad_values_are_one_line_with_status_2(app_module: str) -> None:
+    for args, expected in [
+        (["--top", "0"], "Invalid value for '--top': 0 is not in the range x>=1"),
+        (["--top", "two"], "Invalid value for '--top'"),
+        (["--top", "3", "--watch", "0"], "Invalid value for '--watch': 0.0 is not in the range"),
+        (["--top", "3", "--watch", "soon"], "Invalid value for '--watch'"),
+        (["--watch", "1"], "--watch goes with --top N"),
+    ]:
+        result = run("-A", app_module, "redislock", "status", *args)
+        assert result.exit_code == 2, result.output
+        assert expected in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_watch_redraws_in_place_on_a_terminal_and_stops_quietly_on_ctrl_c() -> None:
+    for clear, expected in [(True, f"{CLEAR}one\n{CLEAR}two\n"), (False, "one\n\ntwo\n")]:
+        frames = iter(["one", "two", "three"])
+        naps: list[float] = []
+
+        def nap(seconds: float, naps: list[float] = naps) -> None:
+            naps.append(seconds)
+            if len(naps) == 2:
+                raise KeyboardInterrupt  # Ctrl-C during the second wait
+
+        out = io.StringIO()
+        watch(frames.__next__, 0.5, out, clear=clear, sleep=nap)
+        assert out.getvalue() == expected and naps == [0.5, 0.5]
+
+
+def test_status_top_watch_in_a_real_celery_process_until_sigint(
+    redis_url: str, prefix: str, redis_client: redis.Redis
+) -> None:
+    """Frames separated by a blank line (stdout is a pipe), each read afresh
+    from Redis; SIGINT ends it with status 0 and no traceback."""
+    lock = RedisLock(redis_client, "watched", ttl=30, prefix=prefix)
+    assert lock.acquire()
+    env = {**os.environ, "CLI_APP_REDIS_URL": redis_url, "CLI_APP_PREFIX": prefix}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.cli_app", "redislock", "status",
+         "--top", "3", "--watch", "0.2"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    assert proc.stdout is not None and proc.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
+    reader.start()  # extend() of a list is atomic: the test reads `lines` as it grows
+
+    def frames() -> list[str]:
+        return "".join(list(lines)).split("\n\n")
+
+    try:
+        wait_for(lambda: any("\nwatched  lock  1/1" in f for f in frames()[:-1]), timeout=60,
+                 message="a whole frame with the held lock")  # fmt: skip
+        lock.release()
+        wait_for(lambda: any("nothing held, waiting or parked" in f for f in frames()), timeout=30,
+                 message="a frame drawn after the release")  # fmt: skip
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        reader.join(timeout=10)
+        errors = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert "Traceback" not in errors and "Aborted" not in errors, errors
+    shown = frames()
+    assert len(shown) >= 2
+    assert all(f.split("  ", 1)[0].count(":") == 2 for f in shown if f.strip())  # a time stamp
+    assert all("every 0.2s, Ctrl-C to stop" in f for f in shown if f.strip())
