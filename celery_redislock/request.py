@@ -48,9 +48,9 @@ from .core.owners import execution_prefix
 from .core.park import Parking
 from .core.scripts import REFRESH_PREFIX
 from .options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
-from .settings import client_for, settings_for
+from .settings import client_for
 
-__all__ = ["WATCHER", "ChildWatcher", "LockRequest", "check_pool"]
+__all__ = ["WATCHER", "ChildWatcher", "LockRequest"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -360,34 +360,6 @@ class _Renewer:
 WATCHER = ChildWatcher()
 os.register_at_fork(after_in_child=WATCHER._reset)
 LockRequest.watcher = WATCHER
-
-
-def check_pool(worker: Any) -> None:
-    """Refuse (``SystemExit``, one line) a gevent/eventlet worker that runs guarded tasks.
-
-    With monkey-patching, the heartbeat is a greenlet: a body that does not
-    yield for longer than its ttl (a CPU loop, a long C call) stops every
-    renewal and loses its lease while it runs; there is no pool child whose
-    parent could renew it.  Measured in docs/pools.md.  Set
-    ``redislock_allow_green_pool = True`` when every guarded body yields
-    (I/O, ``sleep``) much more often than its ttl.
-    """
-    from celery import concurrency
-
-    from .task import GuardedTask
-
-    app = worker.app
-    pool_cls = concurrency.get_implementation(worker.pool_cls)
-    if not getattr(pool_cls, "is_green", False) or settings_for(app).allow_green_pool:
-        return
-    guarded = sorted(n for n, t in app.tasks.items() if isinstance(t, GuardedTask))
-    if guarded:
-        pool = pool_cls.__module__.rsplit(".", 1)[-1]
-        raise SystemExit(
-            f"celery-redislock: the {pool} pool cannot renew leases while a task body "
-            f"runs without yielding ({guarded[0]} ...): use -P prefork (or threads), or set "
-            "redislock_allow_green_pool = True if every guarded body yields well within its ttl"
-        )
 
 
 def _release_when_gone(cleanup: Any, task_name: str, args: tuple[Any, ...], ttl: float) -> None:

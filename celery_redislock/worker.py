@@ -5,7 +5,7 @@ receivers to Celery's worker signals:
 
 =======================  ==================================================
 ``worker_init``          refuse a green pool (gevent, eventlet) for guarded
-                         tasks (``request.check_pool``)
+                         tasks (``poolcheck.check_pool``)
 ``worker_ready``         probe the lock Redis (``workercheck``); warn when it
                          persists nothing and parked tasks would die with it;
                          start the sweeper thread (``parking.sweeper``); state
@@ -24,7 +24,7 @@ from typing import Any
 
 from celery import signals
 
-from . import request, workercheck
+from . import poolcheck, workercheck
 from .core import liveness
 from .parking.sweeper import start_sweeper, stop_sweepers
 
@@ -38,7 +38,7 @@ def guarded(app: Any) -> bool:
 
 def _init(sender: Any = None, **_: Any) -> None:
     if sender is not None:
-        request.check_pool(sender)
+        poolcheck.check_pool(sender)
 
 
 def _ready(sender: Any = None, **_: Any) -> None:
