@@ -97,13 +97,13 @@ class LockRequest(Request):  # type: ignore[misc]
         if isinstance(exc, ExceptionWithTraceback):
             exc = exc.exc
         if isinstance(exc, (WorkerLostError, TimeLimitExceeded)) and self._redislock_in_park():
-            # The run had put its task back in the park (redislock_pause) before
-            # its process died: the park has the task, which runs again from
-            # there, so this is not its failure.  Acknowledged as Celery does for
-            # Ignore (no FAILURE, no task_failure, no requeue): its state stays
-            # PARKED.
-            log.info("%s[%s]: its process died after the task went back to the park; "
-                     "it runs from there", self.task.name, self.id)  # fmt: skip
+            # The run had parked its task (at arrival, or back at the head with
+            # redislock_pause) before its process died: the park has the task,
+            # which runs from there, so this is not its failure.  Acknowledged
+            # as Celery does an Ignore (no FAILURE, no task_failure, no
+            # requeue): its state stays PARKED.
+            log.info("%s[%s]: its process died after the task was parked; it runs from "
+                     "its park", self.task.name, self.id)  # fmt: skip
             exc_info = _ignored()
         try:
             return super().on_failure(
