@@ -10,6 +10,7 @@ was not published is given back.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ def apply_async(
     message returns that message's ``AsyncResult`` and publishes nothing.
     """
     headers = options.call_headers(call, check_policy)
+    headers.setdefault(options.HEADER_SENT_AT, time.time())  # a requeue keeps the call's
     name = task.redislock_name(args, kwargs)
     headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
     policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or task.lock_policy)]

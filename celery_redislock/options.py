@@ -21,6 +21,7 @@ __all__ = [
     "HEADER_PARK_TOKEN",
     "HEADER_POLICY",
     "HEADER_REQUEUES",
+    "HEADER_SENT_AT",
     "HEADER_TTL",
     "HEADER_WAIT_TIMEOUT",
     "call_headers",
@@ -35,6 +36,8 @@ HEADER_POLICY = "redislock_policy"
 HEADER_TTL = "redislock_ttl"
 HEADER_WAIT_TIMEOUT = "redislock_wait_timeout"
 HEADER_REQUEUES = "redislock_requeues"
+#: when the task was called (``time.time()``), for ``redislock_wait_seconds`` (metrics.py)
+HEADER_SENT_AT = "redislock_sent_at"
 #: set on a message that claimed (and so must clear) its enqueue marker (see dedupe.py)
 HEADER_DEDUPE = "redislock_dedupe"
 #: the promotion token a promoted parked task is published with (see parking.py)

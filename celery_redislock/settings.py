@@ -64,6 +64,9 @@ class Settings:
     url_setting: str = "redislock_url"
     park: ParkConfig = field(default_factory=ParkConfig)
     allow_green_pool: bool = False
+    #: ``redislock_metrics_port`` (None: no metrics) and ``redislock_metrics_host``
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"
 
     @property
     def url_origin(self) -> str:
@@ -119,7 +122,23 @@ def settings_from_app(app: Any, url: str | None = None) -> Settings:
         url_setting=setting,
         park=park_settings(app),
         allow_green_pool=bool(conf.get("redislock_allow_green_pool", False)),
+        **metrics_settings(app),
     )
+
+
+def metrics_settings(app: Any) -> dict[str, Any]:
+    """``redislock_metrics_port`` (an int 1..65535, or None: off) and
+    ``redislock_metrics_host`` (default ``"0.0.0.0"``), validated."""
+    conf = app.conf
+    port = conf.get("redislock_metrics_port")
+    host = conf.get("redislock_metrics_host", "0.0.0.0")
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536
+    ):
+        raise ValueError(f"redislock_metrics_port must be a TCP port (1-65535) or None: {port!r}")
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"redislock_metrics_host must be a host name or address: {host!r}")
+    return {"metrics_port": port, "metrics_host": host}
 
 
 def park_settings(app: Any) -> ParkConfig:

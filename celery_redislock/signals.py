@@ -34,6 +34,11 @@ exception in a receiver is logged, never raised into the task.
                    ``kind``, ``reason`` (``"expired"``, ``"revoked"``,
                    ``"discarded"``, ``"unclaimed"``).  ``sender`` is None
                    where the task is not registered
+``lock_promoted``  policy ``park`` published a parked task to run (sent where
+                   the promotion happened: a releasing run, the sweeper or
+                   the main process).  kwargs: ``task_id``, ``name``,
+                   ``kind``, ``token``.  ``sender`` is None where the task is
+                   not registered
 ``lock_rate_limited`` a task's start was held back by its key's rate (or a
                    pause): parked until it is due (policy ``park``), or
                    refused by another policy.  kwargs: ``task_id``,
@@ -53,6 +58,7 @@ __all__ = [
     "lock_dropped",
     "lock_lost",
     "lock_parked",
+    "lock_promoted",
     "lock_rate_limited",
     "lock_released",
 ]
@@ -72,6 +78,9 @@ lock_lost = Signal(
 )
 lock_parked = Signal(
     name="redislock_parked", providing_args={"task_id", "name", "kind", "where", "parked"}
+)
+lock_promoted = Signal(
+    name="redislock_promoted", providing_args={"task_id", "name", "kind", "token"}
 )
 lock_dropped = Signal(
     name="redislock_dropped", providing_args={"task_id", "name", "kind", "reason"}

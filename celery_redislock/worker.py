@@ -5,14 +5,16 @@ receivers to Celery's worker signals:
 
 =======================  ==================================================
 ``worker_init``          refuse a green pool (gevent, eventlet) for guarded
-                         tasks (``poolcheck.check_pool``)
+                         tasks (``poolcheck.check_pool``); with
+                         ``redislock_metrics_port``, start the metrics
+                         (``metrics.start``: before the pool forks)
 ``worker_ready``         probe the lock Redis (``workercheck``); warn when it
                          persists nothing and parked tasks would die with it;
                          start the sweeper thread (``parking.sweeper``); state
                          what the main process holds (``core/liveness.py``,
                          for the solo and threads pools)
 ``worker_process_init``  state what each pool child holds
-``worker_shutdown``      stop the sweepers
+``worker_shutdown``      stop the sweepers; remove the metrics' files
 =======================  ==================================================
 
 Each receiver does nothing in a worker whose app has no guarded task.
@@ -24,9 +26,10 @@ from typing import Any
 
 from celery import signals
 
-from . import poolcheck, workercheck
+from . import metrics, poolcheck, workercheck
 from .core import liveness
 from .parking.sweeper import start_sweeper, stop_sweepers
+from .settings import metrics_settings
 
 __all__ = ["connect", "guarded"]
 
@@ -37,8 +40,17 @@ def guarded(app: Any) -> bool:
 
 
 def _init(sender: Any = None, **_: Any) -> None:
-    if sender is not None:
-        poolcheck.check_pool(sender)
+    if sender is None:
+        return
+    poolcheck.check_pool(sender)
+    app = getattr(sender, "app", None)
+    if app is not None and guarded(app):
+        try:
+            wanted = metrics_settings(app)
+        except ValueError as exc:
+            raise SystemExit(f"celery-redislock: {exc}") from None
+        if wanted["metrics_port"] is not None:  # before the pool forks: see metrics.py
+            metrics.start(wanted["metrics_port"], wanted["metrics_host"])
 
 
 def _ready(sender: Any = None, **_: Any) -> None:
@@ -56,6 +68,7 @@ def _process_init(**_: Any) -> None:
 
 def _shutdown(**_: Any) -> None:
     stop_sweepers()
+    metrics.stop()
 
 
 def connect() -> None:

@@ -84,6 +84,11 @@ def _publish_all(
             try:
                 republish(app, envelope, token)
                 published += 1
+                task = app.tasks.get(envelope.get("task") or "")
+                signals.lock_promoted.send(
+                    sender=task, task_id=task_id, name=parking.name, token=token,
+                    kind=getattr(task, "_redislock_kind", "semaphore"),
+                )  # fmt: skip
             except Exception as exc:
                 log.error(
                     "could not publish parked %s[%s] (%r); re-published after its deadline",

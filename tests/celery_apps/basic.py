@@ -135,6 +135,8 @@ def create_app(config: dict[str, str]) -> Celery:
         redislock_park_max_total=int(config.get("park_max_total", 0)),
         redislock_park_max_publishes=int(config.get("park_max_publishes", 10)),
         redislock_park_sweep_interval=float(config.get("park_sweep", 0.5)),
+        redislock_metrics_port=int(config["metrics_port"]) if "metrics_port" in config else None,
+        redislock_metrics_host="127.0.0.1",
     )
     rec = Recorder(redis_url, prefix)
     app.recorder = rec  # type: ignore[attr-defined]
@@ -443,6 +445,7 @@ def create_app(config: dict[str, str]) -> Celery:
         signals.lock_parked,
         signals.lock_dropped,
         signals.lock_rate_limited,
+        signals.lock_promoted,
     ):
 
         def receiver(sender: Any = None, _signal: Any = lib_signal, **kwargs: Any) -> None:

@@ -1,0 +1,176 @@
+"""Prometheus metrics (docs/observability.md) from real prefork workers and a real Redis.
+
+Every count is compared with what happened, as the task bodies and the
+library's signals recorded it (tests/celery_apps/basic.py), read from one
+scrape of the worker's main process: the counts of every pool child,
+including one killed mid-run.  The exporter's gauges are compared with
+``Parking.status``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from celery_redislock import SKIPPED
+from celery_redislock.core.park import ParkConfig, Parking
+from celery_redislock.servers import free_port
+from celery_redislock.settings import client_for
+from tests.celery_apps.basic import create_app
+from tests.celery_harness import worker_factory
+from tests.waiting import wait_for
+
+prometheus = pytest.importorskip(
+    "prometheus_client", reason="needs prometheus-client: pip install 'celery-redislock[metrics]'"
+)
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def config(redis_url: str) -> dict[str, str]:
+    return {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}",
+            "metrics_port": str(free_port()), "park_sweep": "0.5"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def app(config: dict[str, str]) -> Any:
+    return create_app(config)
+
+
+@pytest.fixture(scope="module")
+def worker(config: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with worker_factory(tmp_path_factory.mktemp("metrics")) as start:
+        yield start(config, pool="prefork", concurrency=3)
+
+
+def scrape(port: int | str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of ``http://127.0.0.1:port/metrics``, by name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        body = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+
+
+def sample(samples: dict[Any, float], name: str, **labels: str) -> float:
+    """The sum of ``name`` over the samples whose labels include ``labels``."""
+    return sum(
+        value for (n, have), value in samples.items()
+        if n == name and set(labels.items()) <= set(have)
+    )  # fmt: skip
+
+
+def test_every_count_equals_what_ran_in_every_child(app: Any, worker: Any) -> None:
+    port = app.conf.redislock_metrics_port
+    key = uuid.uuid4().hex[:8]
+    parked = [app.tasks["basic.parked"].delay(key, n, 0.3) for n in range(6)]  # limit 2
+    skipped_first = app.tasks["basic.refresh_cache"].delay(key, 1.0)
+    wait_for(lambda: app.recorder.events("refresh_cache", key), 60, message="the first refresh")
+    skipped = [app.tasks["basic.refresh_cache"].delay(key, 0.1) for _ in range(3)]
+    victim = app.tasks["basic.sleeper"].delay(key, 60)
+    started = wait_for(lambda: app.recorder.events("sleeper", key), 60, message="the sleeper")
+    os.kill(started[0]["pid"], signal.SIGKILL)  # a child dies mid-run; Celery replaces it
+    for r in [*parked, skipped_first]:
+        r.get(timeout=120)
+    wait_for(lambda: all(r.state == SKIPPED for r in skipped), 60, message="three SKIPPED")
+    wait_for(lambda: victim.state == "FAILURE", 120, message="the killed run's FAILURE")
+
+    def starts(task: str) -> int:
+        return sum(e["what"] == "start" for e in app.recorder.events(task, key))
+
+    def ends(task: str) -> int:
+        return sum(e["what"] == "end" for e in app.recorder.events(task, key))
+
+    expected = {
+        ("redislock_acquired_total", "basic.parked"): 6,
+        ("redislock_acquired_total", "basic.refresh_cache"): starts("refresh_cache"),
+        ("redislock_acquired_total", "basic.sleeper"): 1,  # the dead child's count is kept
+        ("redislock_wait_seconds_count", "basic.parked"): 6,
+        ("redislock_hold_seconds_count", "basic.parked"): ends("parked"),
+        ("redislock_reclaimed_total", "basic.sleeper"): 1,
+    }
+
+    def met() -> bool:
+        samples = scrape(port)
+        return all(sample(samples, n, task=t) == v for (n, t), v in expected.items())
+
+    wait_for(met, 60, message=f"the scrape to show {expected}")
+    samples = scrape(port)
+    assert starts("refresh_cache") == 1  # the other three were skipped
+    assert sample(samples, "redislock_contended_total", task="basic.refresh_cache",
+                  outcome="skip") == 3  # fmt: skip
+    signals = app.recorder.signals()
+    # Counted where they happen: parkings at enqueue happen in this process.
+    parked_signals = sum(s["signal"] == "redislock_parked" and s["pid"] != os.getpid()
+                         and s["task_id"] in {r.id for r in parked} for s in signals)  # fmt: skip
+    assert sample(samples, "redislock_contended_total", task="basic.parked",
+                  outcome="park") == parked_signals  # fmt: skip
+    promoted_signals = sum(s["signal"] == "redislock_promoted" and s["task_id"] in
+                           {r.id for r in parked} for s in signals)  # fmt: skip
+    assert sample(samples, "redislock_promoted_total", task="basic.parked") == promoted_signals
+    assert sample(samples, "redislock_released_total", task="basic.parked",
+                  reason="finished") == 6  # fmt: skip
+    assert sample(samples, "redislock_released_total", task="basic.sleeper",
+                  reason="worker lost") == 1  # fmt: skip
+    assert sample(samples, "redislock_lost_total") == 0
+    assert all(dict(labels).get("kind") in {"lock", "semaphore", "rate"}
+               for (name, labels) in samples if name.startswith("redislock_")
+               and "kind" in dict(labels))  # fmt: skip
+    assert not any("key" in dict(labels) for _, labels in samples)  # never the lock key
+
+
+def test_the_exporter_serves_the_parks_gauges(app: Any, redis_url: str) -> None:
+    """``celery redislock exporter``: parked counts, oldest age and overdue
+    promotions per task name, as ``Parking.status`` reads them."""
+    client, _ = client_for(app)
+    prefix = f"x-{uuid.uuid4().hex[:12]}"  # no sweeper of a worker looks here
+    name = f"park:{uuid.uuid4().hex[:8]}"
+    park = Parking(client, prefix, name)
+    envelope = '{"task": "basic.parked", "headers": {}}'
+    first = park.enqueue("e1", 1, envelope, 0, ParkConfig(deadline=0.2), "basic.parked")
+    assert first.token > 0
+    for n in range(2, 5):
+        assert park.enqueue(f"e{n}", 1, envelope, 0, ParkConfig(), "basic.parked").count == n - 1
+    wait_for(lambda: park.status().overdue == 1, 10, message="the promotion overdue")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.celery_apps.basic", "redislock",
+         "--url", redis_url, "--prefix", prefix, "exporter", "--port", str(port),
+         "--host", "127.0.0.1"],
+        cwd=ROOT, env={**os.environ, "REDISLOCK_TEST_REDIS": redis_url,
+                       "REDISLOCK_TEST_PREFIX": prefix},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+
+        def served() -> dict[Any, float] | None:
+            try:
+                return scrape(port)
+            except OSError:
+                return None
+
+        samples = wait_for(served, 60, message="the exporter")
+        status = park.status()
+        labels = {"task": "basic.parked", "kind": "semaphore"}
+        assert sample(samples, "redislock_parked", **labels) == status.parked == 3
+        assert sample(samples, "redislock_promotions_overdue", **labels) == status.overdue == 1
+        assert sample(samples, "redislock_parked_keys", **labels) == 1
+        age = sample(samples, "redislock_parked_oldest_age_seconds", **labels)
+        assert status.oldest_age is not None and 0 <= age <= status.oldest_age + 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in output, output
