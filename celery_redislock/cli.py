@@ -373,5 +373,10 @@ def _statements(target: Target, snap: Snapshot) -> dict[str, float]:
     }
 
 
+from .cli_web import web  # noqa: E402  the live web view (cli_web.py)
+
+redislock.add_command(web)
+
+
 if __name__ == "__main__":  # pragma: no cover - `python -m celery_redislock.cli --url ...`
     sys.exit(redislock())
