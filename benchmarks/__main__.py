@@ -24,6 +24,7 @@ from . import (
     locks,
     machine,
     market,
+    metrics_bench,
     park_bench,
     rate_bench,
     redis_cost,
@@ -31,7 +32,7 @@ from . import (
     semaphores,
 )
 
-PARTS = ("locks", "cost", "semaphores", "market", "celery", "backlog", "rate")
+PARTS = ("locks", "cost", "semaphores", "market", "celery", "backlog", "rate", "metrics")
 HERE = Path(__file__).resolve().parent
 
 
@@ -77,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         if "rate" in args.only:
             rp = rate_bench.QUICK if args.quick else rate_bench.RateParams()
             results["rate"] = rate_bench.run(url, rp, log)
+        if "metrics" in args.only:
+            mp = metrics_bench.QUICK if args.quick else metrics_bench.MetricsParams()
+            results["metrics"] = metrics_bench.run(url, mp, log)
     results["elapsed_s"] = time.monotonic() - started
 
     out.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The Celery app the benchmark's ``celery worker`` subprocess runs.
 
 Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_READY_FILE``,
-``BENCH_BROKER_URL``): Redis is the lock store, and the broker too unless
+``BENCH_BROKER_URL``, ``BENCH_METRICS_PORT``): Redis is the lock store, and the broker too unless
 ``BENCH_BROKER_URL`` names another (RabbitMQ).  No-op tasks count their completions
 with one INCR (the same for every variant) and stamp the first and last.
 """
@@ -35,6 +35,11 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     singleton_backend_url=URL,
     ONCE={"backend": "celery_once.backends.Redis", "settings": {"url": URL}},
+    # BENCH_METRICS_PORT: the worker serves Prometheus metrics (part "metrics")
+    redislock_metrics_port=int(os.environ["BENCH_METRICS_PORT"])
+    if os.environ.get("BENCH_METRICS_PORT")
+    else None,
+    redislock_metrics_host="127.0.0.1",
 )
 
 _client: tuple[int, redis.Redis] | None = None

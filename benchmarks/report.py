@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from . import park_bench, rate_bench, redis_cost
+from . import metrics_bench, park_bench, rate_bench, redis_cost
 from .celery_bench import CONTROL
 from .contenders import BOOK_WITH_LOCK, OURS, OURS_SEM
 
@@ -387,6 +387,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("celery", celery_section),
         ("backlog", park_bench.section),
         ("rate", rate_bench.section),
+        ("metrics", metrics_bench.section),
     ):
         if key in results:
             parts.append(render(results[key]))

@@ -55,7 +55,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from typing import Any
 
@@ -97,7 +96,16 @@ class WorkerMetrics:
         self.hold = Histogram("redislock_hold_seconds", "lease to release by the run",
                               ["task", "kind"], buckets=_BUCKETS, registry=None)  # fmt: skip
         self._held: dict[tuple[str, str], float] = {}
-        self._lock = threading.Lock()
+        # The labelled children, by labels: prometheus-client's labels() takes a
+        # lock and builds its key on every call, a visible share of a task's cost.
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def connect(self) -> None:
         for signal, receiver in (
@@ -114,42 +122,41 @@ class WorkerMetrics:
 
     def _acquired(self, sender: Any = None, **kw: Any) -> None:
         task, kind = _labels(sender, kw)
-        self.acquired.labels(task, kind).inc()
+        self._child(self.acquired, task, kind).inc()
         sent = _sent_at(sender)
-        self.wait.labels(task, kind).observe(
+        self._child(self.wait, task, kind).observe(
             max(time.time() - sent, 0.0) if sent is not None else float(kw.get("waited") or 0.0)
         )
-        with self._lock:
-            self._held[(str(kw.get("task_id")), str(kw.get("name")))] = time.monotonic()
+        # dict operations are atomic under the GIL: no lock for the heartbeat thread
+        self._held[(str(kw.get("task_id")), str(kw.get("name")))] = time.monotonic()
 
     def _contended(self, sender: Any = None, **kw: Any) -> None:
-        self.contended.labels(*_labels(sender, kw), str(kw.get("policy"))).inc()
+        self._child(self.contended, *_labels(sender, kw), str(kw.get("policy"))).inc()
 
     def _parked(self, sender: Any = None, **kw: Any) -> None:
-        self.contended.labels(*_labels(sender, kw), "park").inc()
+        self._child(self.contended, *_labels(sender, kw), "park").inc()
 
     def _rate_limited(self, sender: Any = None, **kw: Any) -> None:
-        self.contended.labels(*_labels(sender, kw), "rate").inc()
+        self._child(self.contended, *_labels(sender, kw), "rate").inc()
 
     def _released(self, sender: Any = None, **kw: Any) -> None:
         task, kind = _labels(sender, kw)
         reason = str(kw.get("reason"))
-        self.released.labels(task, kind, reason).inc()
+        self._child(self.released, task, kind, reason).inc()
         if reason in _DEAD_CHILD:
-            self.reclaimed.labels(task, kind).inc()
-        with self._lock:
-            since = self._held.pop((str(kw.get("task_id")), str(kw.get("name"))), None)
+            self._child(self.reclaimed, task, kind).inc()
+        since = self._held.pop((str(kw.get("task_id")), str(kw.get("name"))), None)
         if since is not None:
-            self.hold.labels(task, kind).observe(time.monotonic() - since)
+            self._child(self.hold, task, kind).observe(time.monotonic() - since)
 
     def _lost(self, sender: Any = None, **kw: Any) -> None:
-        self.lost.labels(*_labels(sender, kw)).inc()
+        self._child(self.lost, *_labels(sender, kw)).inc()
 
     def _promoted(self, sender: Any = None, **kw: Any) -> None:
-        self.promoted.labels(*_labels(sender, kw)).inc()
+        self._child(self.promoted, *_labels(sender, kw)).inc()
 
     def _dropped(self, sender: Any = None, **kw: Any) -> None:
-        self.dropped.labels(*_labels(sender, kw), str(kw.get("reason"))).inc()
+        self._child(self.dropped, *_labels(sender, kw), str(kw.get("reason"))).inc()
 
 
 def _labels(sender: Any, kw: dict[str, Any]) -> tuple[str, str]:

@@ -1,0 +1,48 @@
+"""docs/observability.md and the Grafana dashboard name the metrics that exist.
+
+The metric names are read from what the code registers: a worker's
+(``celery_redislock.metrics.WorkerMetrics``) and the exporter's
+(``celery_redislock.gauges.ParkGauges``), so a renamed metric fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("prometheus_client", reason="pip install 'celery-redislock[metrics]'")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def registered() -> set[str]:
+    from celery_redislock.gauges import ParkGauges
+    from celery_redislock.metrics import WorkerMetrics
+
+    worker = WorkerMetrics(tempfile.mkdtemp())
+    names = {f"{n}_total" if getattr(m, "_type", "") == "counter" else n
+             for n, m in ((m._name, m) for m in vars(worker).values() if hasattr(m, "_name"))}  # fmt: skip
+
+    class NoParks:
+        def zrange(self, *_: Any) -> list[Any]:
+            return []
+
+    names |= {family.name for family in ParkGauges(NoParks(), "p").collect()}
+    return names
+
+
+def test_every_metric_is_documented_and_the_dashboard_uses_only_real_ones() -> None:
+    names = registered()
+    assert "redislock_acquired_total" in names and "redislock_parked" in names
+    doc = (ROOT / "docs" / "observability.md").read_text()
+    assert {n for n in names if f"`{n}" not in doc} == set()
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(bucket|count|sum)$", "", n) for e in exprs
+            for n in re.findall(r"redislock_\w+", e)}  # fmt: skip
+    assert used and used <= names, used - names
