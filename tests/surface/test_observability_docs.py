@@ -25,8 +25,8 @@ def registered() -> set[str]:
     from celery_redislock.metrics import WorkerMetrics
 
     worker = WorkerMetrics(tempfile.mkdtemp())
-    names = {f"{n}_total" if getattr(m, "_type", "") == "counter" else n
-             for n, m in ((m._name, m) for m in vars(worker).values() if hasattr(m, "_name"))}  # fmt: skip
+    metrics = [m for m in vars(worker).values() if hasattr(m, "_name")]
+    names = {f"{m._name}_total" if m._type == "counter" else m._name for m in metrics}
 
     class NoParks:
         def zrange(self, *_: Any) -> list[Any]:
