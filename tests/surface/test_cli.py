@@ -40,6 +40,7 @@ from example_worker.demo import stop_group, worker_process
 from example_worker.producer import wait_for_workers
 from example_worker.records import Recorder
 from tests import cli_app
+from tests.processes import reap
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,13 +85,7 @@ def spawn(redis_url: str, prefix: str) -> Iterator[Callable[..., Holder]]:
         return Holder(proc)
 
     yield _spawn
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
+    reap(procs)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ import redis
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
 from celery_redislock.servers import free_port
 from celery_redislock.web import allowed_host
+from tests.processes import reap
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,13 +148,7 @@ def hold(redis_url: str, prefix: str) -> Iterator[Callable[..., subprocess.Popen
         return proc
 
     yield _hold
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
+    reap(procs)
 
 
 def park(client: Any, prefix: str, name: str, ids: list[str], task: str = "proj.sync") -> None:
