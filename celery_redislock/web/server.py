@@ -3,7 +3,7 @@ two JSON reads and the actions.
 
 The standard library's :class:`http.server.ThreadingHTTPServer`: small,
 maintained with Python, nothing to install, and enough for an operator's
-page that polls every 2 s (docs/observability.md says more).
+page that polls every 2 s (docs/web.md says more).
 
 Routes::
 
