@@ -24,6 +24,7 @@ from ..core import liveness
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
 from ..leases import script_limit
+from ..request import WATCHER
 from ..settings import client_for, settings_for
 from .message import json_loads, republish, request_of
 from .states import PROMOTED, ParkUnclaimed, mark_revoked, store_state
@@ -206,10 +207,14 @@ def release_dead_holders(app: Any) -> int:
     """Give back the leases of processes of this machine that are provably dead
     (see core/liveness.py: a whole worker killed, whose main process could not
     clean up after its children), and promote parked work into the freed slots,
-    before the leases' TTL would have freed them.  Returns how many it released."""
+    before the leases' TTL would have freed them.  Children of this worker are
+    left to its own clean-up (request.py), which also sends ``lock_released``.
+    Returns how many it released."""
     client, settings = client_for(app)
     released = 0
     for dead in liveness.dead_processes(client, settings.prefix):
+        if _pid_of(dead.process) in WATCHER.children:
+            continue  # this worker's own child: its clean-up releases and signals
         for name, owners in dead.holdings.items():
             parking = Parking(client, settings.prefix, name)
             for owner in owners:
@@ -223,3 +228,9 @@ def release_dead_holders(app: Any) -> int:
                 _publish_all(app, parking, promotions, 0)
         liveness.forget(client, settings.prefix, dead.process)
     return released
+
+
+def _pid_of(process: str) -> int:
+    """The pid of a process id ``"<pid>.<start time>"`` (core/liveness.py)."""
+    head = process.split(".", 1)[0]
+    return int(head) if head.isdigit() else -1
