@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -24,7 +24,6 @@ from ..core import liveness
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
 from ..leases import script_limit
-from ..request import WATCHER
 from ..settings import client_for, settings_for
 from .message import json_loads, republish, request_of
 from .states import PROMOTED, ParkUnclaimed, mark_revoked, store_state
@@ -203,17 +202,18 @@ def discarded_by_worker(
                   "deadline", task.name, task_id, exc)  # fmt: skip
 
 
-def release_dead_holders(app: Any) -> int:
+def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
     """Give back the leases of processes of this machine that are provably dead
     (see core/liveness.py: a whole worker killed, whose main process could not
     clean up after its children), and promote parked work into the freed slots,
-    before the leases' TTL would have freed them.  Children of this worker are
-    left to its own clean-up (request.py), which also sends ``lock_released``.
+    before the leases' TTL would have freed them.  ``own_children`` (pids of
+    this worker's pool children) are left to its own clean-up (request.py),
+    which also sends ``lock_released``.
     Returns how many it released."""
     client, settings = client_for(app)
     released = 0
     for dead in liveness.dead_processes(client, settings.prefix):
-        if _pid_of(dead.process) in WATCHER.children:
+        if _pid_of(dead.process) in own_children:
             continue  # this worker's own child: its clean-up releases and signals
         for name, owners in dead.holdings.items():
             parking = Parking(client, settings.prefix, name)

@@ -27,6 +27,7 @@ from typing import Any
 from ..core.heartbeat import is_cluster
 from ..core.keys import park_wake_channel
 from ..core.park import due_names
+from ..request import WATCHER
 from ..settings import client_for
 from .promotion import promote, release_dead_holders
 
@@ -65,7 +66,7 @@ class Sweeper:
         now = time.monotonic()
         if now - self._last_dead_check >= self.interval:
             self._last_dead_check = now
-            release_dead_holders(self.app)
+            release_dead_holders(self.app, WATCHER.children)
         names, next_in = due_names(client, settings.prefix)
         published = 0
         for name in names:
