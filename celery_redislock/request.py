@@ -210,6 +210,7 @@ class ChildWatcher:
     """
 
     INTERVAL = 0.1
+    CHILDREN_KEPT = 10000
     MIN_INTERVAL = 0.01
 
     def __init__(self) -> None:
@@ -221,15 +222,19 @@ class ChildWatcher:
         self._thread: threading.Thread | None = None
         self._renewer: _Renewer | None = None
         self.renewals = 0  # refresh_prefix.lua calls that renewed at least one holder
-        #: pids of the pool children it has watched: their clean-up is its job
-        #: (with a lock_released signal), not the sweeper's (release_dead_holders)
-        self.children: set[int] = set()
+        #: pids of the pool children it has watched lately (the newest
+        #: CHILDREN_KEPT, in insertion order): their clean-up is its job (with
+        #: a lock_released signal), not the sweeper's (release_dead_holders)
+        self.children: dict[int, None] = {}
 
     def watch(self, request: LockRequest, *, renew: bool = True) -> None:
         watched = _Watched(request, _renewal_of(request) if renew else None)
         with self._lock:
             self._requests[id(request)] = watched
-            self.children.add(request.worker_pid)
+            self.children.pop(request.worker_pid, None)
+            self.children[request.worker_pid] = None
+            if len(self.children) > self.CHILDREN_KEPT:  # bounded: children come and go
+                del self.children[next(iter(self.children))]
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="redislock-child-watcher", daemon=True
