@@ -20,6 +20,7 @@ from celery_redislock.servers import redis_url
 
 from . import (
     celery_bench,
+    coalesce_bench,
     common,
     locks,
     machine,
@@ -32,7 +33,8 @@ from . import (
     semaphores,
 )
 
-PARTS = ("locks", "cost", "semaphores", "market", "celery", "backlog", "rate", "metrics")
+PARTS = ("locks", "cost", "semaphores", "market", "celery", "backlog", "rate", "metrics",
+         "coalesce")  # fmt: skip
 HERE = Path(__file__).resolve().parent
 
 
@@ -81,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         if "metrics" in args.only:
             mp = metrics_bench.QUICK if args.quick else metrics_bench.MetricsParams()
             results["metrics"] = metrics_bench.run(url, mp, log)
+        if "coalesce" in args.only:
+            cop = coalesce_bench.QUICK if args.quick else coalesce_bench.CoalesceParams()
+            results["coalesce"] = coalesce_bench.run(url, cop, log)
     results["elapsed_s"] = time.monotonic() - started
 
     out.mkdir(parents=True, exist_ok=True)

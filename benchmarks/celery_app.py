@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
-from typing import Any
 
 import redis
 from celery import Celery
-from celery.signals import worker_ready
 from celery_once import QueueOnce  # type: ignore[import-untyped]
 from celery_singleton import Singleton  # type: ignore[import-untyped]
 
 from celery_redislock import LockedTask, SemaphoreTask
+
+from . import task_events
 
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 BROKER_URL = os.environ.get("BENCH_BROKER_URL") or URL
@@ -42,14 +41,9 @@ app.conf.update(
     redislock_metrics_host="127.0.0.1",
 )
 
-_client: tuple[int, redis.Redis] | None = None
-
 
 def conn() -> redis.Redis:
-    global _client
-    if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), redis.Redis.from_url(URL))
-    return _client[1]
+    return task_events.client(URL)
 
 
 def _done(counter: str, n: int) -> None:
@@ -106,8 +100,4 @@ def crash_singleton(x: str) -> None:
     _hang(x)
 
 
-@worker_ready.connect
-def _ready(**_: Any) -> None:
-    path = os.environ.get("BENCH_READY_FILE")
-    if path:
-        Path(path).write_text(str(os.getpid()))
+task_events.announce_ready()

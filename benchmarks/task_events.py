@@ -16,9 +16,10 @@ from typing import Any
 import redis
 from celery.signals import task_received, task_retry, worker_ready
 
-__all__ = ["log", "process_state", "record_retries_and_etas"]
+__all__ = ["announce_ready", "client", "log", "process_state", "record_retries_and_etas"]
 
 _state: dict[str, Any] = {}
+_clients: dict[int, redis.Redis] = {}
 
 
 def process_state(url: str) -> dict[str, Any]:
@@ -45,11 +46,27 @@ def record_retries_and_etas(url: str) -> None:
         if getattr(request, "eta", None):
             log(url, "eta")
 
+    task_retry.connect(retried, weak=False)
+    task_received.connect(received, weak=False)
+    announce_ready()
+
+
+def announce_ready() -> None:
+    """Write the worker's pid to ``BENCH_READY_FILE`` when it is ready
+    (``benchmarks.worker.Worker.wait_ready`` waits for the file)."""
+
     def ready(**_: Any) -> None:
         path = os.environ.get("BENCH_READY_FILE")
         if path:
             Path(path).write_text(str(os.getpid()))
 
-    task_retry.connect(retried, weak=False)
-    task_received.connect(received, weak=False)
     worker_ready.connect(ready, weak=False)
+
+
+def client(url: str) -> redis.Redis:
+    """This process's Redis client (a new one after a fork), without an event file."""
+    pid = os.getpid()
+    if _clients.get(pid) is None:
+        _clients.clear()
+        _clients[pid] = redis.Redis.from_url(url)
+    return _clients[pid]

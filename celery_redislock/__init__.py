@@ -13,6 +13,7 @@ from .core.errors import (
     LockLost,
     NotOwned,
     NotReplicated,
+    Superseded,
 )
 from .core.fencing import FencedResource, StaleToken
 from .core.heartbeat import HEARTBEAT
@@ -22,7 +23,7 @@ from .core.lock import RedisLock
 from .core.override import Override, Overrides
 from .core.rate import RateDecision, RateLimiter
 from .core.semaphore import FairSemaphore
-from .parking import PARKED, PROMOTED, ParkFull, ParkUnclaimed
+from .parking import PARKED, PROMOTED, SUPERSEDED, ParkFull, ParkUnclaimed
 from .policies import SKIPPED
 from .task import LockedTask, RateLimitedTask, SemaphoreTask
 
@@ -31,6 +32,7 @@ __all__ = [
     "PARKED",
     "PROMOTED",
     "SKIPPED",
+    "SUPERSEDED",
     "AcquireTimeout",
     "FairSemaphore",
     "FencedResource",
@@ -52,6 +54,7 @@ __all__ = [
     "RedisLock",
     "SemaphoreTask",
     "StaleToken",
+    "Superseded",
     "Waiter",
     "signals",
 ]

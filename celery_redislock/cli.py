@@ -14,7 +14,7 @@ point, so it reads the same app configuration as the workers::
     celery -A proj redislock limit set account:42 --limit 20 --rate 500/m
     celery -A proj redislock limit clear account:42  # back to the code's values
     celery -A proj redislock limit show              # every override in force
-    celery -A proj redislock exporter --port 9809    # the park's gauges for Prometheus
+    celery -A proj redislock exporter --port 9809    # Redis-side gauges for Prometheus
 
 The Redis and key prefix are the app's ``redislock_url`` (default: its Redis
 broker) and ``redislock_prefix``; ``--url``, ``--prefix`` and
@@ -67,7 +67,7 @@ from .core.keys import LeaseKeys
 from .core.override import Overrides, overridden_names
 from .core.park import wake
 from .core.rate import RateLimiter, parse_rate
-from .gauges import ParkGauges
+from .gauges import RedisGauges
 
 __all__ = ["redislock"]
 
@@ -253,7 +253,8 @@ def limit_show(target: Target, names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @connection_options
 def exporter(target: Target, port: int, host: str) -> None:
-    """Serve the Redis-side gauges (parked work, overdue promotions) on
+    """Serve the Redis-side gauges (slots in use, keys at their limit, parked
+    work, overdue promotions) on
     http://HOST:PORT/metrics for Prometheus, until Ctrl-C (docs/observability.md)."""
     try:
         from prometheus_client import CollectorRegistry, start_http_server
@@ -263,13 +264,13 @@ def exporter(target: Target, port: int, host: str) -> None:
         ) from None
     registry = CollectorRegistry()
     tasks = dict(target.app.tasks) if target.app is not None else {}
-    registry.register(ParkGauges(target.client, target.prefix, tasks))
+    registry.register(RedisGauges(target.client, target.prefix, tasks))
     try:
         start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         raise Mistake(f"cannot serve on {host}:{port}: {exc}") from None
-    click.echo(f"serving the park's gauges on http://{host}:{port}/metrics (Ctrl-C stops)")
-    try:
+    try:  # Ctrl-C stops it cleanly, even right after it starts
+        click.echo(f"serving the Redis-side gauges on http://{host}:{port}/metrics (Ctrl-C stops)")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -14,10 +14,8 @@ promoted tasks whose message is on its way), waiting (FIFO waiters of the
 when the head of its park is next due.  A key that is only paused (nothing
 held, waiting or parked) is not listed.
 
-The limit is the one the key runs by now, when it can be known: the park's
-(a run-time override's, else the last one stored), else an override's
-(never a lock's: a lock's limit is fixed), else the one the task class or
-the holders and waiters state.  A rate key (no cap) shows none.
+The limit is the one the key runs by now, when it can be known (see
+:mod:`celery_redislock.keyrows`).
 
 ``--watch S`` draws a frame every S seconds until Ctrl-C (exit status 0):
 in place on a terminal (ANSI clear), else frames separated by a blank line;
@@ -31,60 +29,32 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from typing import IO
 
 from . import parking
 from .cli_target import Target, redis_errors
-from .core.inspection import LeaseSetState, snapshot
+from .core.inspection import snapshot
 from .core.keys import RateKeys
-from .core.leaseset_inspect import Holder, Waiter
 from .core.override import Overrides
-from .core.park import ParkStatus
-from .task import UNCAPPED
+from .keyrows import KeyRow, key_row, rank
 
-__all__ = ["TopRow", "format_top", "rank", "show_top", "top_rows", "watch"]
+__all__ = ["format_top", "show_top", "top_rows", "watch"]
 
 #: clears a terminal and puts the cursor top left
 CLEAR = "\x1b[H\x1b[2J"
 ORDER = "parked, held+reserved, waiting, oldest parked age"
 
 
-@dataclass(frozen=True)
-class TopRow:
-    """One key of ``status --top`` (ages and times in seconds)."""
-
-    name: str
-    kind: str  #: "lock", "semaphore", "rate" or "-" (not known)
-    held: int  #: running holders (park reservations not counted)
-    reserved: int  #: slots reserved for promoted tasks on their way
-    limit: int | None  #: the slots of the key now, when known (None for a rate key)
-    waiting: int  #: FIFO waiters (policy wait)
-    parked: int
-    oldest_parked_age: float | None
-    paused_for: float  #: pause left (0: not paused)
-    next_due_in: float  #: until the head of the park is due (0: now, or nothing parked)
-
-
-def rank(rows: Iterable[TopRow]) -> list[TopRow]:
-    """Busiest first: (parked, held + reserved, waiting, oldest parked age),
-    each descending, then the name."""
-    return sorted(
-        rows,
-        key=lambda r: (-r.parked, -(r.held + r.reserved), -r.waiting,
-                       -(r.oldest_parked_age or 0.0), r.name),
-    )  # fmt: skip
-
-
-def top_rows(target: Target, match: str, count: int) -> tuple[int, list[TopRow]]:
+def top_rows(target: Target, match: str, count: int) -> tuple[int, list[KeyRow]]:
     """The number of busy keys matching ``match``, and the ``count`` busiest."""
     with redis_errors(target):
         states = {s.name: s for s in snapshot(target.client, target.prefix, match).lease_sets}
         parks = {p.name: p for p in parking.status(target.client, target.prefix)
                  if fnmatch.fnmatchcase(p.name, match)}  # fmt: skip
         states = {s.name: s for s in target.with_limits(states.values())}
-        rows = rank(_row(n, states.get(n), parks.get(n), None) for n in {*states, *parks})
+        rows = rank(key_row(n, states.get(n), parks.get(n), None) for n in {*states, *parks})
         # The limit and pause of the rows shown only: one override read and
         # one PTTL each (a parked key's come with its park).
         shown = []
@@ -93,7 +63,7 @@ def top_rows(target: Target, match: str, count: int) -> tuple[int, list[TopRow]]
             override = None
             if park is None or park.limit is None:
                 override = Overrides(target.client, row.name, target.prefix).get().limit
-            row = _row(row.name, states.get(row.name), park, override)
+            row = key_row(row.name, states.get(row.name), park, override)
             if park is None:
                 pttl = target.client.pttl(RateKeys(target.prefix, row.name).pause)
                 row = replace(row, paused_for=max(int(pttl), 0) / 1000)
@@ -101,46 +71,11 @@ def top_rows(target: Target, match: str, count: int) -> tuple[int, list[TopRow]]
     return len(rows), shown
 
 
-def _row(
-    name: str, state: LeaseSetState | None, park: ParkStatus | None, override: int | None
-) -> TopRow:
-    holders = state.holders if state else ()
-    entries: list[Holder | Waiter] = [*holders, *(state.waiters if state else ())]
-    reserved = sum(1 for h in holders if h.meta.get("reserved"))
-    fixed = any(e.fixed for e in entries)
-    stored = max((e.limit for e in entries if e.limit), default=None)
-    limit = park.limit if park else None
-    if limit is None and not fixed:
-        limit = override
-    if limit is None:
-        limit = (state.limit if state else None) or stored
-    if limit is not None and limit >= UNCAPPED:
-        kind, limit = "rate", None
-    elif fixed:
-        kind = "lock"
-    elif entries:
-        kind = "semaphore"
-    else:
-        kind = "rate" if park and park.rate else "-"
-    return TopRow(
-        name=name,
-        kind=kind,
-        held=len(holders) - reserved,
-        reserved=reserved if state else (park.in_flight if park else 0),
-        limit=limit,
-        waiting=len(state.waiters) if state else 0,
-        parked=park.parked if park else 0,
-        oldest_parked_age=park.oldest_age if park else None,
-        paused_for=park.paused_for if park else 0.0,
-        next_due_in=park.head_due_in if park else 0.0,
-    )
-
-
 def _age(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
 
-def format_top(rows: list[TopRow], total: int, url: str, prefix: str, every: float = 0) -> str:
+def format_top(rows: list[KeyRow], total: int, url: str, prefix: str, every: float = 0) -> str:
     """One text frame: a heading line and a table (no blank line in it)."""
     where = f"under prefix {prefix!r} on {url}"
     watching = f"; every {every:g}s, Ctrl-C to stop" if every else ""
@@ -163,7 +98,7 @@ def format_top(rows: list[TopRow], total: int, url: str, prefix: str, every: flo
     return "\n".join(lines)
 
 
-def top_json(rows: list[TopRow], url: str, prefix: str) -> str:
+def top_json(rows: list[KeyRow], url: str, prefix: str) -> str:
     """One JSON frame, on one line."""
     return json.dumps({"url": url, "prefix": prefix, "top": [asdict(r) for r in rows]},
                       sort_keys=True)  # fmt: skip

@@ -43,6 +43,17 @@ def web(target: Target, port: int, host: str, allow_actions: bool, match: str) -
         server = WebServer(target, host, port, allow_actions, match)
     except OSError as exc:
         raise Mistake(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:  # from here on Ctrl-C stops it cleanly, even while it starts
+        _announce(target, server, host)
+        server.serve_forever()
+    except KeyboardInterrupt:
+        click.echo("stopped")
+    finally:
+        server.server_close()
+
+
+def _announce(target: Target, server: WebServer, host: str) -> None:
+    """Log to stderr, and print where it serves and whether actions are on."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
@@ -60,9 +71,3 @@ def web(target: Target, port: int, host: str, allow_actions: bool, match: str) -
         click.echo(f"warning: bound to {host}: the page is reachable from other machines, "
                    "over plain HTTP", err=True)  # fmt: skip
     sys.stdout.flush()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        click.echo("stopped")
-    finally:
-        server.server_close()

@@ -36,6 +36,7 @@ __all__ = [
     "before_publish",
     "claim",
     "claim_for_call",
+    "claim_window",
     "clear",
     "clear_for",
     "marker_key",
@@ -96,6 +97,26 @@ def claim_for_call(task: Any, name: str, task_id: str, options: Mapping[str, Any
             sender=task, task_id=task_id, name=name, kind=task._redislock_kind, policy="dedupe"
         )
     return holder
+
+
+def claim_window(task: Any, name: str, task_id: str) -> str | None:
+    """``lock_throttle`` without trailing: claim ``name``'s window (its marker
+    lives ``lock_throttle`` seconds and is never cleared) for a message about
+    to be published.  None if claimed; else the task id of the message that
+    opened the window, after a log line and ``lock_contended(policy="throttle")``."""
+    client, settings = client_for(task.app)
+    key = LeaseKeys(settings.prefix, name).throttle_marker
+    ok, holder = DEDUPE(client, [key], ["claim", task_id, int(task.lock_throttle * 1000)])
+    if int(ok):
+        return None
+    log.info(
+        "%s: not enqueued, %r started %s less than %g s ago (throttle); its result is returned",
+        task.name, name, text(holder), task.lock_throttle,
+    )  # fmt: skip
+    signals.lock_contended.send(
+        sender=task, task_id=task_id, name=name, kind=task._redislock_kind, policy="throttle"
+    )
+    return text(holder)
 
 
 def clear_for(task: Any, task_id: str, args: Any, kwargs: Any) -> bool:

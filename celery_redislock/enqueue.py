@@ -22,6 +22,17 @@ from .policies import POLICIES, Context, check_policy
 __all__ = ["apply_async"]
 
 
+def _opens_a_window(task: Any, policy: str, task_id: str) -> bool:
+    """Whether this call is decided by ``lock_throttle``'s window (no trailing
+    run; not eager; not a retry of the running task, which keeps its window)."""
+    if task.lock_throttle is None or task.lock_throttle_trailing or policy != "keep_latest":
+        return False
+    if task.app.conf.task_always_eager:
+        return False
+    request = task.request
+    return bool(request.called_directly or task_id != request.id)
+
+
 def apply_async(
     task: Any,
     args: Any,
@@ -44,6 +55,8 @@ def apply_async(
     if policy.name == "wait" and type(task)._redislock_rate is not None:
         raise ValueError(f"task {task.name}: lock_policy 'wait' does not combine with rate")
     task_id, claimed, holder = dedupe.before_publish(task, name, task_id or uuid(), headers, call)
+    if holder is None and _opens_a_window(task, policy.name, task_id):
+        holder = dedupe.claim_window(task, name, task_id)
     if holder is not None:
         return task.AsyncResult(holder)
     if headers:

@@ -56,6 +56,7 @@ def lease_set_for(
         "owner_prefix": owner_prefix,
         "on_lost": on_lost,
         "meta": meta,
+        "index": True,  # the exporter's slot gauges (core/keys.py held_index)
     }
     if task._redislock_kind == "lock":
         return RedisLock(client, name, **common)

@@ -29,9 +29,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-__all__ = ["PerCall", "check_limit_value"]
+from .core.rate import Rate, check_burst, check_cost, parse_rate
+
+if TYPE_CHECKING:
+    from .naming import KeyBuilder
+
+__all__ = ["PerCall", "check_limit_value", "rate_options"]
 
 T = TypeVar("T")
 
@@ -140,3 +145,37 @@ class PerCall(Generic[T]):
         shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
         value = self._function(**given)
         return self.check(value, f"task {self.task}: {self.option}({shown})")
+
+
+def rate_options(
+    cls: type[Any], keys: KeyBuilder, task: str
+) -> tuple[PerCall[Rate] | None, PerCall[int] | None]:
+    """The checked ``rate`` and ``rate_cost`` of a guarded task class (None, None:
+    no rate); ``lock_throttle=W`` is a rate of one start per W."""
+    burst = check_burst(cls.rate_burst, f"task {task}: rate_burst")
+    if cls.lock_throttle is not None:  # checked by options.validate
+        if cls.rate is not None:
+            raise ValueError(
+                f"task {task}: lock_throttle is a rate of one start per window; set "
+                "lock_throttle or rate, not both"
+            )
+        window = Rate(1.0, float(cls.lock_throttle))
+        return PerCall(window, keys.signature, task, "rate", parse_rate), PerCall(
+            1, keys.signature, task, "rate_cost", lambda value, what: check_cost(value, 1, what)
+        )
+    if cls.rate is None:
+        if cls._redislock_kind == "rate":
+            raise TypeError(f'task {task}: RateLimitedTask needs rate= (e.g. rate="20/s")')
+        return None, None
+    if cls.lock_policy == "wait":
+        raise ValueError(
+            f"task {task}: lock_policy='wait' does not combine with rate (a waiter holds "
+            "its place in the slot queue, not in time); use 'park' (the default of "
+            "SemaphoreTask and RateLimitedTask), 'retry', 'skip' or 'raise'"
+        )
+    rate = PerCall(cls.rate, keys.signature, task, "rate", parse_rate)
+    cost = PerCall(
+        cls.rate_cost, keys.signature, task, "rate_cost",
+        lambda value, what: check_cost(value, burst, what),
+    )  # fmt: skip
+    return rate, cost

@@ -24,7 +24,8 @@ once for the whole deployment.
 ``redislock_lost_total``                leases found gone while their run went on
 ``redislock_promoted_total``            parked tasks published to run
 ``redislock_dropped_total{reason}``     parked tasks that never run (``expired``,
-                                        ``revoked``, ``discarded``, ``unclaimed``)
+                                        ``revoked``, ``discarded``, ``unclaimed``,
+                                        ``superseded``)
 ``redislock_wait_seconds``              histogram: from the call (``delay`` /
                                         ``apply_async`` stamps it) to the lease,
                                         time parked included; for a message sent

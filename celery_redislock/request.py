@@ -42,6 +42,7 @@ from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
 from celery.exceptions import Ignore
 from celery.worker.request import Request
 
+from .core.heartbeat import is_cluster
 from .core.keys import LeaseKeys
 from .core.liveness import process_gone
 from .core.owners import execution_prefix
@@ -344,9 +345,9 @@ class _Renewer:
             first = group[0]
             try:
                 client, settings = client_for(first.app)
-                keys = LeaseKeys(settings.prefix, first.name)
+                keys = LeaseKeys(settings.prefix, first.name, not is_cluster(client))
                 renewed, shortest_ms = REFRESH_PREFIX(
-                    client, [keys.holders, keys.info], sorted({r.prefix for r in group})
+                    client, keys.refresh_keys(), sorted({r.prefix for r in group})
                 )
             except Exception as exc:
                 log.warning(

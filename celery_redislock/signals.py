@@ -11,8 +11,8 @@ exception in a receiver is logged, never raised into the task.
 ``lock_contended`` a task met the lock held / semaphore full.
                    kwargs: ``task_id``, ``name``, ``kind``, ``policy``
                    (``"skip"``, ``"retry"``, ``"wait"``, ``"raise"``,
-                   ``"dedupe"`` at enqueue, ``"redelivered"`` for a same-id
-                   re-run)
+                   ``"dedupe"`` and ``"throttle"`` at enqueue,
+                   ``"redelivered"`` for a same-id re-run)
 ``lock_released``  the lock/slot was given back.  kwargs: ``task_id``,
                    ``name``, ``token``, ``kind``, ``reason`` (``"finished"``,
                    ``"retry"``, ``"paused"`` (``redislock_pause``), or for
@@ -30,9 +30,12 @@ exception in a receiver is logged, never raised into the task.
                    (park list length after it)
 ``lock_dropped``   policy ``park`` gave up a parked or promoted task that never
                    ran (its final state is set: ``REVOKED``, or ``FAILURE``
-                   with ``ParkUnclaimed``).  kwargs: ``task_id``, ``name``,
-                   ``kind``, ``reason`` (``"expired"``, ``"revoked"``,
-                   ``"discarded"``, ``"unclaimed"``).  ``sender`` is None
+                   with ``ParkUnclaimed``, or ``SUPERSEDED``).  kwargs:
+                   ``task_id``, ``name``, ``kind``, ``reason``
+                   (``"expired"``, ``"revoked"``, ``"discarded"``,
+                   ``"unclaimed"``, ``"superseded"``: policy
+                   ``keep_latest``, which also passes ``superseded_by``, the
+                   id of the call that took its place).  ``sender`` is None
                    where the task is not registered
 ``lock_promoted``  policy ``park`` published a parked task to run (sent where
                    the promotion happened: a releasing run, the sweeper or

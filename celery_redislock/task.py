@@ -48,18 +48,20 @@ from typing import Any, ClassVar, NoReturn
 
 from celery import Task
 from celery._state import _task_stack
-from celery.exceptions import Retry
+from celery.exceptions import Ignore, Retry
 
 from . import admission, dedupe, enqueue, options
+from .core.errors import Superseded
 from .core.leaseset import LeaseSet
-from .core.rate import NO_RATE, Rate, RateTerms, check_burst, check_cost, parse_rate
+from .core.rate import NO_RATE, Rate, RateTerms
 from .core.validation import check_ttl
 from .diagnose import FailedClosed
 from .leases import lease_set_for
-from .limits import PerCall, check_limit_value
+from .limits import PerCall, check_limit_value, rate_options
 from .naming import KeyBuilder, keys_of_task_class
 from .parking import StillPending
 from .parking.arrival import back_to_the_head
+from .parking.states import announce_superseded
 from .policies import check_policy
 from .release import release_after_run, release_dead_child
 
@@ -89,6 +91,23 @@ class GuardedTask(Task):  # type: ignore[misc]
     #: claim a marker in ``apply_async`` so a second message for a key is not published
     lock_dedupe: bool = False
     lock_dedupe_ttl: float = 600.0
+    #: ``keep_latest`` policy: calls of a key within this many seconds of each
+    #: other coalesce into one run with the last call's arguments, started this
+    #: long after the last call (None: no debounce; docs/coalescing.md)
+    lock_debounce: float | None = None
+    #: ... and no later than this many seconds after the first (None: no bound)
+    lock_debounce_max: float | None = None
+    #: ``keep_latest`` policy: at most one start per this many seconds per key
+    #: (a rate of one per window; None: no throttle; docs/coalescing.md)
+    lock_throttle: float | None = None
+    #: True: calls inside the window wait as the key's pending run, which starts
+    #: when the window ends with the newest arguments; False: ``apply_async``
+    #: inside the window publishes nothing and returns the window's task's result
+    lock_throttle_trailing: bool = True
+    #: ``keep_latest`` policy: a newer call marks the running holders
+    #: superseded (``self.request.redislock.superseded``, ``.checkpoint()``
+    #: raises ``Superseded``; a guarded ``FencedResource`` refuses their writes)
+    lock_supersede: bool = False
     #: starts per period per key, by every worker and producer together:
     #: ``"20/s"``, ``"100/m"``, ``"1000/h"``, a number per second, or a callable
     #: of the task's arguments returning one; None: no rate (docs/rate.md)
@@ -119,7 +138,7 @@ class GuardedTask(Task):  # type: ignore[misc]
             )  # fmt: skip
             check_policy(cls.lock_policy)
             options.validate(cls)
-            cls._redislock_rate, cls._redislock_cost = _rate_options(cls, keys, task)
+            cls._redislock_rate, cls._redislock_cost = rate_options(cls, keys, task)
 
     @classmethod
     def _redislock_ttl_option(cls) -> float | None:
@@ -217,6 +236,10 @@ class GuardedTask(Task):  # type: ignore[misc]
         except StillPending:  # back in the park (redislock_pause): still to run
             self._redislock_release(request, lease_set, "paused")
             raise
+        except Superseded as exc:  # checkpoint(): a newer call took over
+            self._redislock_finish(request, lease_set, args, kwargs)
+            announce_superseded(self, [request.id], exc.by, lease_set.name, "run")
+            raise Ignore() from None  # its state is SUPERSEDED, not FAILURE
         except BaseException:
             self._redislock_finish(request, lease_set, args, kwargs)
             raise
@@ -281,29 +304,6 @@ class GuardedTask(Task):  # type: ignore[misc]
                           headers: Mapping[str, Any], reason: str) -> int:  # fmt: skip
         """Release what ``task_id`` held in the dead child ``pid`` (worker main process)."""
         return release_dead_child(self, task_id, pid, args, kwargs, headers, reason)
-
-
-def _rate_options(
-    cls: type[GuardedTask], keys: KeyBuilder, task: str
-) -> tuple[PerCall[Rate] | None, PerCall[int] | None]:
-    """The checked ``rate`` and ``rate_cost`` of a task class (None, None: no rate)."""
-    burst = check_burst(cls.rate_burst, f"task {task}: rate_burst")
-    if cls.rate is None:
-        if cls._redislock_kind == "rate":
-            raise TypeError(f'task {task}: RateLimitedTask needs rate= (e.g. rate="20/s")')
-        return None, None
-    if cls.lock_policy == "wait":
-        raise ValueError(
-            f"task {task}: lock_policy='wait' does not combine with rate (a waiter holds "
-            "its place in the slot queue, not in time); use 'park' (the default of "
-            "SemaphoreTask and RateLimitedTask), 'retry', 'skip' or 'raise'"
-        )
-    rate = PerCall(cls.rate, keys.signature, task, "rate", parse_rate)
-    cost = PerCall(
-        cls.rate_cost, keys.signature, task, "rate_cost",
-        lambda value, what: check_cost(value, burst, what),
-    )  # fmt: skip
-    return rate, cost
 
 
 def _run_unlocked(task: GuardedTask, args: Any, kwargs: Any) -> Any:

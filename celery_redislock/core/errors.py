@@ -7,7 +7,15 @@ after one (fail closed).
 
 from __future__ import annotations
 
-__all__ = ["AcquireTimeout", "LockContended", "LockError", "LockLost", "NotOwned", "NotReplicated"]
+__all__ = [
+    "AcquireTimeout",
+    "LockContended",
+    "LockError",
+    "LockLost",
+    "NotOwned",
+    "NotReplicated",
+    "Superseded",
+]
 
 
 class LockError(Exception):
@@ -50,3 +58,20 @@ class LockContended(LockError):
 class NotReplicated(LockError):
     """Acquired on the primary, but fewer replicas than asked for (``replicas=N``)
     acknowledged it within ``replica_timeout``; the lease was given back."""
+
+
+class Superseded(LockError):
+    """A newer call of the key superseded this holder (``lock_supersede``):
+    raised by :meth:`~celery_redislock.core.leaseset.LeaseSet.checkpoint`.
+    ``name`` is the lock name, ``by`` the task id of the newer call ("" when
+    not known).  The holder should stop; its lease is still held until it
+    returns, and a :class:`~celery_redislock.FencedResource` guarded by the
+    lock refuses its writes."""
+
+    def __init__(self, name: str = "", by: str = "") -> None:
+        super().__init__(f"{name!r}: superseded by a newer call" + (f" ({by})" if by else ""))
+        self.name = name
+        self.by = by
+
+    def __reduce__(self) -> tuple[type[Superseded], tuple[str, str]]:
+        return (type(self), (self.name, self.by))

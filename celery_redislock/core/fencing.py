@@ -31,6 +31,12 @@ Read with :meth:`FencedResource.read` (not a plain GET) before a
 read-modify-write: the claim is what stops an older holder from writing a
 value computed before the newer holder's read (a lost update).
 
+``guard=lock`` (the lock or semaphore whose tokens are used, kept in the
+same Redis as the resource) also refuses the tokens of holders a newer call
+superseded (``lock_supersede``): a superseded run that goes on writing after
+it was told to stop changes nothing, even before the newer run touched the
+resource.  On a cluster the resource key must then carry the lock's hash tag.
+
 Not guaranteed: fencing across two *different* locks, or a resource kept in
 a Redis that itself loses data (keep it in the store you protect, not in the
 Redis that holds the locks).
@@ -41,6 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import LockError
+from .heartbeat import is_cluster
 from .scripts import FENCED_WRITE
 
 __all__ = ["Fenced", "FencedResource", "StaleToken"]
@@ -80,13 +87,25 @@ class FencedResource:
     not wipe the fence).  ``key`` is any Redis key name.
     """
 
-    def __init__(self, client: Any, key: str) -> None:
+    def __init__(self, client: Any, key: str, guard: Any = None) -> None:
         if not callable(getattr(client, "evalsha", None)):
             raise TypeError(f"client must be a redis-py client, got {client!r}")
         if not isinstance(key, str) or not key:
             raise ValueError(f"key must be a non-empty str, got {key!r}")
         self.client = client
         self.key = key
+        self._keys = [key]
+        if guard is not None:
+            info = getattr(getattr(guard, "keys", None), "info", None)
+            if not isinstance(info, str):
+                raise TypeError(f"guard must be a RedisLock or FairSemaphore, got {guard!r}")
+            if is_cluster(client) and client.keyslot(info) != client.keyslot(key):
+                raise ValueError(
+                    f"on a cluster a guarded resource must share its lock's slot: name it "
+                    f"with the hash tag {{{guard.name}}} (e.g. "
+                    f"'{guard.keys.prefix}:{{{guard.name}}}:data'), got {key!r}"
+                )
+            self._keys.append(info)
 
     def claim(self, token: int) -> Fenced:
         """Announce ``token`` (raise the fence to it) and return the current value.
@@ -119,7 +138,7 @@ class FencedResource:
 
     def _call(self, token: int, mode: str, value: bytes | str | int | float) -> Fenced:
         token = _check_token(token)
-        accepted, fence, current = FENCED_WRITE(self.client, [self.key], [token, mode, value])
+        accepted, fence, current = FENCED_WRITE(self.client, self._keys, [token, mode, value])
         if isinstance(current, str):
             current = current.encode("utf-8")
         return Fenced(bool(accepted), int(fence), current)

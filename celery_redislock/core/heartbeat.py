@@ -55,6 +55,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from .keys import held_index
 from .lease import Lease
 from .scripts import REFRESH
 
@@ -79,15 +80,24 @@ def refresh_leases(client: Any, leases: list[Lease]) -> list[int]:
     ttls = [lease.ttl for lease in leases]
     if is_cluster(client):
         return _refresh_on_cluster(client, leases, ttls)
-    results: list[int] = []
-    for start in range(0, len(leases), BATCH_SIZE):
-        keys: list[str] = []
-        args: list[Any] = []
-        chunk = slice(start, start + BATCH_SIZE)
-        for lease, ttl in zip(leases[chunk], ttls[chunk], strict=True):
-            keys += [lease.keys.holders, lease.keys.info]
-            args += [lease.owner, _ms(ttl)]
-        results += [int(r) for r in REFRESH(client, keys, args)]
+    results = [0] * len(leases)
+    # One batch kind per index (refresh.lua lists every lease of a call in
+    # the index it is given, or none): the held index, if any, is per prefix.
+    batches: dict[str | None, list[int]] = {}
+    for i, lease in enumerate(leases):
+        batches.setdefault(held_index(lease.keys.prefix) if lease.keys.indexed else None,
+                           []).append(i)  # fmt: skip
+    for index, positions in batches.items():
+        for start in range(0, len(positions), BATCH_SIZE):
+            chunk = positions[start : start + BATCH_SIZE]
+            keys: list[str] = []
+            args: list[Any] = []
+            for i in chunk:
+                keys += [leases[i].keys.holders, leases[i].keys.info]
+                args += [leases[i].owner, _ms(ttls[i])]
+            replies = REFRESH(client, keys + ([index] if index else []), args)
+            for i, reply in zip(chunk, replies, strict=True):
+                results[i] = leases[i].note_renewal(int(reply))
     return results
 
 
@@ -138,7 +148,7 @@ def _refresh_on_cluster(client: Any, leases: list[Lease], ttls: list[float]) -> 
                 if not isinstance(reply, _REDIRECTED):
                     raise reply
                 reply = REFRESH(client, _refresh_keys(leases[i]), [leases[i].owner, _ms(ttls[i])])
-            results[i] = int(reply[0])
+            results[i] = leases[i].note_renewal(int(reply[0]))
     return results
 
 

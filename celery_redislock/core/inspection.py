@@ -227,7 +227,8 @@ def force_release(
         raise KeyError(f"not a current holder of {name!r}: {', '.join(unknown)}")
     if not targets:
         return []
-    lease_set = LeaseSet(client, name, max(len(state.holders), 1), prefix=prefix)
+    # indexed: a waiter this release hands the slot to is listed for the exporter
+    lease_set = LeaseSet(client, name, max(len(state.holders), 1), prefix=prefix, index=True)
     return [by_owner[o] for o in targets if lease_set.release_owner(o)]
 
 

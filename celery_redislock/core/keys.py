@@ -11,6 +11,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:wake:<owner>  LIST  hand-off signal for one waiter
     <prefix>:{<name>}:override  HASH  run-time overrides of the limit and rate (override.py)
     <prefix>:{<name>}:enqueued  STR   lock_dedupe marker (dedupe.lua)
+    <prefix>:{<name>}:throttle  STR   the window of lock_throttle without trailing (dedupe.lua)
     <prefix>:{<name>}:rate      STR   the rate's theoretical arrival time (rate_common.lua)
     <prefix>:{<name>}:pause     STR   present while starts of the name are paused
     <prefix>:{<name>}:started   STR   the schedule of the name's starts (rate_common.lua)
@@ -19,6 +20,8 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
     <prefix>:{park:index}:total STR   tasks parked over all names
     <prefix>:{park:index}:wake  channel: a name's time became the earliest
+    <prefix>:{held:index}       ZSET  names that may have a live lease -> its latest
+                                expiry (single server; the exporter's slot gauges)
     <prefix>:park-revoked:<task id>  STR  revoke record of a parked task
     <prefix>:{live:<space>} and :<process>  statements of worker processes
                                 (liveness.py, live_*.lua)
@@ -31,10 +34,12 @@ from dataclasses import dataclass
 __all__ = [
     "DEFAULT_PREFIX",
     "MAX_NAME_LENGTH",
+    "SUPERSEDED_FIELD",
     "LeaseKeys",
     "LiveKeys",
     "ParkKeys",
     "RateKeys",
+    "held_index",
     "park_index",
     "park_total",
     "park_wake_channel",
@@ -44,6 +49,9 @@ __all__ = [
 ]
 
 DEFAULT_PREFIX = "redislock"
+#: the field of a lease set's info hash that marks its holders superseded
+#: (``SUPERSEDED_FIELD`` in common.lua): ``"<token>|<task id>"``
+SUPERSEDED_FIELD = ":superseded"
 MAX_NAME_LENGTH = 1024
 
 
@@ -72,10 +80,13 @@ def validate_prefix(prefix: object) -> str:
 
 @dataclass(frozen=True)
 class LeaseKeys:
-    """The Redis keys of one lock or semaphore."""
+    """The Redis keys of one lock or semaphore.  ``indexed``: the scripts
+    that grant and renew its leases also list the name in
+    :func:`held_index` (the Celery layer's lease sets, on a single server)."""
 
     prefix: str
     name: str
+    indexed: bool = False
 
     @property
     def base(self) -> str:
@@ -116,10 +127,25 @@ class LeaseKeys:
     def dedupe_marker(self) -> str:
         return f"{self.base}:enqueued"
 
-    def script_keys(self) -> list[str]:
-        """KEYS of acquire/release/inspect, in the order common.lua documents."""
+    @property
+    def throttle_marker(self) -> str:
+        return f"{self.base}:throttle"
+
+    def lease_keys(self) -> list[str]:
+        """The seven keys of a lease set, in the order common.lua documents."""
         return [self.holders, self.info, self.fence, self.queue, self.qinfo, self.wake_prefix,
                 self.override]  # fmt: skip
+
+    def script_keys(self) -> list[str]:
+        """KEYS of acquire/release/inspect: the seven, and the index when indexed."""
+        return [*self.lease_keys(), *self._held()]
+
+    def refresh_keys(self) -> list[str]:
+        """KEYS of ``refresh_prefix.lua`` (and of ``refresh.lua`` for this lease alone)."""
+        return [self.holders, self.info, *self._held()]
+
+    def _held(self) -> list[str]:
+        return [held_index(self.prefix)] if self.indexed else []
 
     @classmethod
     def parse(cls, key: str) -> LeaseKeys | None:
@@ -158,9 +184,11 @@ class ParkKeys(LeaseKeys):
         """KEYS of the park scripts, in the order park_common.lua documents (the
         index and the total are in another slot, so left out on a cluster)."""
         rate = RateKeys(self.prefix, self.name)
-        keys = [*self.script_keys(), self.park, self.parked, self.inflight, self.pmeta,
+        keys = [*self.lease_keys(), self.park, self.parked, self.inflight, self.pmeta,
                 self.tokens, rate.rate, rate.pause, rate.started]  # fmt: skip
-        return keys if cluster else [*keys, park_index(self.prefix), park_total(self.prefix)]
+        if cluster:
+            return keys
+        return [*keys, park_index(self.prefix), park_total(self.prefix), held_index(self.prefix)]
 
 
 @dataclass(frozen=True)
@@ -183,6 +211,14 @@ class RateKeys(LeaseKeys):
 def park_index(prefix: str) -> str:
     """The index of names with parked or in-flight work (its own slot on a cluster)."""
     return f"{prefix}:{{park:index}}"
+
+
+def held_index(prefix: str) -> str:
+    """The index of names that may have a live lease: name -> the latest lease
+    expiry granted or renewed (Redis time, ms), kept by the scripts of indexed
+    lease sets (``index_held()``, ``unindex_held()`` in common.lua) on a single
+    server."""
+    return f"{prefix}:{{held:index}}"
 
 
 def park_wake_channel(prefix: str) -> str:

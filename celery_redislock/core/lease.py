@@ -58,6 +58,9 @@ class Lease:
         self._closed = False
         self._overdue_since: float | None = None
         self._rechecked_at = -math.inf
+        #: a newer call superseded this holder (lock_supersede), as the last
+        #: renewal or checkpoint reported it
+        self.superseded = False
 
     @property
     def name(self) -> str:
@@ -145,8 +148,16 @@ class Lease:
         """One ``refresh.lua`` call for this lease alone: the new remaining lease
         in ms, or 0 if it was gone (never revived).  The heartbeat renews many
         leases per call instead (heartbeat.refresh_leases)."""
-        return int(REFRESH(self.client, [self.keys.holders, self.keys.info],
-                           [self.owner, max(1, int(self.ttl * 1000))])[0])  # fmt: skip
+        remaining = int(REFRESH(self.client, self.keys.refresh_keys(),
+                                [self.owner, max(1, int(self.ttl * 1000))])[0])  # fmt: skip
+        return self.note_renewal(remaining)
+
+    def note_renewal(self, remaining: int) -> int:
+        """A ``refresh.lua`` result for this lease: negative means renewed but
+        superseded (noted in :attr:`superseded`); returns the remaining ms."""
+        if remaining < 0:
+            self.superseded = True
+        return abs(remaining)
 
     def close(self) -> None:
         """The holder is releasing: later renewal results are no news to report."""

@@ -40,6 +40,14 @@ waiter that returns True from ``acquire()`` owns a full ttl from then on.
 Not guaranteed: exclusion against a holder that stalled past its ttl (see
 :class:`~celery_redislock.RedisLock`).
 
+``index=True`` lists the name in the index of held names
+(:func:`~celery_redislock.core.keys.held_index`) at every grant and renewal,
+one ``ZADD`` each (and one ``ZREM`` by the release that leaves it without
+holders), so that ``celery redislock exporter`` can count the slots
+in use and the keys at their limit without scanning the keyspace.  The
+Celery layer sets it; on a cluster it is ignored (the index lives in another
+slot) and those two gauges are not served.
+
 The class is split by concern: acquiring and waiting in
 :mod:`.leaseset_acquire`, release, hand-off and renewal in
 :mod:`.leaseset_release`, reading holders and waiters in
@@ -55,13 +63,14 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .errors import AcquireTimeout
-from .heartbeat import HEARTBEAT, Heartbeat
-from .keys import DEFAULT_PREFIX, LeaseKeys, validate_name, validate_prefix
+from .errors import AcquireTimeout, Superseded
+from .heartbeat import HEARTBEAT, Heartbeat, is_cluster
+from .keys import DEFAULT_PREFIX, SUPERSEDED_FIELD, LeaseKeys, validate_name, validate_prefix
 from .lease import Lease, LostCallback
 from .leaseset_acquire import LeaseSetAdmission
 from .leaseset_inspect import Holder, Waiter, parse_inspect
 from .owners import HOSTNAME
+from .scripts import text
 from .validation import check_timeout, check_ttl
 
 __all__ = ["WAIT_LEASE", "Holder", "LeaseSet", "Waiter", "parse_inspect"]
@@ -120,6 +129,7 @@ class LeaseSet(LeaseSetAdmission):
         owner_prefix: str = "",
         replicas: int = 0,
         replica_timeout: float = 1.0,
+        index: bool = False,
     ) -> None:
         self.client = _check_client(client)
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
@@ -136,7 +146,10 @@ class LeaseSet(LeaseSetAdmission):
             raise ValueError(f"limit must be >= 1, got {limit}")
         self.limit = limit
         self.ttl = check_ttl(ttl)
-        self.keys = LeaseKeys(validate_prefix(prefix), self.name)
+        if not isinstance(index, bool):
+            raise TypeError(f"index must be a bool, got {index!r}")
+        indexed = index and not is_cluster(self.client)
+        self.keys = LeaseKeys(validate_prefix(prefix), self.name, indexed)
         self.blocking_timeout = (
             self._default_blocking_timeout
             if blocking_timeout is ...
@@ -192,6 +205,29 @@ class LeaseSet(LeaseSetAdmission):
         renews its children's).
         """
         return self._lease is not None and (not self._lease.lost or self._lease.recheck())
+
+    @property
+    def superseded(self) -> bool:
+        """Whether a newer call of the name superseded this holder
+        (``lock_supersede``), as the last renewal told (the heartbeat's, within
+        ``ttl / 3``).  :meth:`checkpoint` asks Redis now."""
+        return self._lease is not None and self._lease.superseded
+
+    def checkpoint(self) -> None:
+        """Raise :class:`~celery_redislock.core.errors.Superseded` if a newer call
+        of the name superseded this holder (one ``HMGET``; a place in a long
+        run where stopping is safe).  Does nothing when not held."""
+        lease = self._lease
+        if lease is None:
+            return
+        entry, mark = self.client.hmget(self.keys.info, lease.owner, SUPERSEDED_FIELD)
+        if mark is not None and entry is not None:
+            bound, _, by = text(mark).partition("|")
+            if int(text(entry).split(":", 1)[0]) <= int(bound):
+                lease.superseded = True
+                raise Superseded(self.name, by)
+        if lease.superseded:
+            raise Superseded(self.name)
 
     # -- context manager ----------------------------------------------------
 

@@ -75,6 +75,7 @@ class RedisLock(LeaseSet):
         owner_prefix: str = "",
         replicas: int = 0,
         replica_timeout: float = 1.0,
+        index: bool = False,
     ) -> None:
         super().__init__(
             client,
@@ -88,6 +89,7 @@ class RedisLock(LeaseSet):
             owner_prefix=owner_prefix,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            index=index,
         )
 
     def locked(self) -> bool:

@@ -27,15 +27,22 @@ is scored by the earliest due time so a sweeper can sleep until then
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from .heartbeat import is_cluster
 from .keys import ParkKeys, park_index, revoke_record
 from .leaseset import WAIT_LEASE
+from .park_types import (
+    Admission,
+    Dropped,
+    ParkConfig,
+    ParkStatus,
+    Promotion,
+    PromotionKind,
+    Verdict,
+)
 from .rate import NO_RATE, Rate, RateTerms
 from .scripts import (
     PARK_CLAIM,
@@ -71,104 +78,6 @@ __all__ = [
 PROMOTE_BATCH = 100
 #: seconds a revoke record of a parked task is kept
 REVOKE_MEMORY = 7 * 24 * 3600
-
-
-@dataclass(frozen=True)
-class ParkConfig:
-    """The bounds and timings of parking (the ``redislock_park_*`` settings)."""
-
-    deadline: float = 60.0  #: seconds a reservation waits for its message
-    max_parked: int = 0  #: per name; 0: no bound
-    sweep_interval: float = 1.0  #: seconds between two sweeps of a worker
-    max_total: int = 0  #: over all names (single server only); 0: no bound
-    max_publishes: int = 10  #: publishes with a token before a task is given up
-
-
-class Verdict(enum.Enum):
-    """What an admission decided."""
-
-    #: the slot is the caller's lease (``token``: fencing token); ``wait``: seconds
-    #: its body waits before it starts, so starts keep the key's rate (see
-    #: ``start_delay()`` in rate_common.lua; milliseconds, at most 0.25 s)
-    HELD = "held"
-    RESERVED = "reserved"  #: a slot is reserved; publish with ``token``
-    PARKED = "parked"  #: stored in the park (``count``: parked now; 0 at claim;
-    #: ``wait`` > 0: a slot was free, its rate or a pause admits it in ``wait`` s)
-    DUPLICATE = "dup"  #: already parked or in flight (``reason``: which)
-    BOUNDED = "bounded"  #: the name's park is full (``count``); nothing stored
-    BOUNDED_TOTAL = "bounded_total"  #: all names together are (``count``)
-    DROP = "drop"  #: a copy that must not run (``reason``: stale / claimed / unknown)
-    FULL = "full"  #: :meth:`Parking.try_hold` only: no slot free
-    RATE = "rate"  #: :meth:`Parking.try_hold` only: the rate admits it in ``wait`` seconds
-
-
-@dataclass(frozen=True)
-class Admission:
-    verdict: Verdict
-    token: int = 0
-    count: int = 0
-    reason: str = ""
-    wait: float = 0.0
-
-    @classmethod
-    def of(cls, reply: Sequence[Any]) -> Admission:
-        verdict, value = Verdict(text(reply[0])), reply[1]
-        if verdict is Verdict.HELD:
-            return cls(verdict, token=int(value), wait=int(reply[3]) / 1_000_000)
-        if verdict is Verdict.RESERVED:
-            return cls(verdict, token=int(value))
-        if verdict in (Verdict.DUPLICATE, Verdict.DROP):
-            return cls(verdict, reason=text(value))
-        if verdict is Verdict.RATE:
-            return cls(verdict, wait=int(value) / 1000)
-        if verdict is Verdict.PARKED and len(reply) == 4:  # park_enqueue: the rate's wait too
-            return cls(verdict, count=int(value), wait=int(reply[2]) / 1000)
-        return cls(verdict, count=int(value))
-
-
-class PromotionKind(enum.Enum):
-    PUBLISH = "p"  #: publish the envelope with ``token``
-    EXPIRED = "x"  #: expired while parked: never runs
-    UNCLAIMED = "u"  #: published ``token`` times, never started: given up
-
-
-@dataclass(frozen=True)
-class Promotion:
-    kind: PromotionKind
-    task_id: str
-    token: int  #: for UNCLAIMED: how often it was published
-    envelope: str
-
-
-@dataclass(frozen=True)
-class Dropped:
-    """What :meth:`Parking.drop` removed: ``where`` is ``"parked"``,
-    ``"inflight"`` (a reservation: its slot passes on) or ``""`` (nothing)."""
-
-    where: str
-    envelope: str
-
-
-@dataclass
-class ParkStatus:
-    """One name's parked work, as Redis sees it."""
-
-    name: str
-    parked: int
-    oldest_age: float | None  #: seconds since the oldest parked task was enqueued
-    in_flight: int  #: reservations published, not yet arrived
-    overdue: int  #: of those, past their deadline (the sweeper re-publishes them)
-    entries: list[dict[str, Any]] = field(default_factory=list)
-    #: promotions in flight (published, not yet started), when entries were asked for
-    promoted: list[dict[str, Any]] = field(default_factory=list)
-    paused_for: float = 0.0  #: seconds of pause left (0: not paused)
-    #: seconds until the head of the park is due by its rate and the pause (0: now)
-    head_due_in: float = 0.0
-    #: the rate the head is admitted by (a run-time override's, else its own), or None
-    rate: Rate | None = None
-    burst: int = 1
-    #: the name's limit now (a run-time override's, else the last caller's), or None
-    limit: int | None = None
 
 
 def _ms(seconds: float) -> int:
@@ -281,7 +190,10 @@ class Parking:
             [mode, task_id, limit, envelope, _ms(expires_in) if expires_in > 0 else 0,
              _ms(config.deadline), config.max_parked, owner, _ms(ttl) if ttl else 0, meta,
              config.max_total, _field(task_name), *rate.script_args(),
-             _ms(pause) if pause > 0 else 0, token],
+             _ms(pause) if pause > 0 else 0, token, "1" if config.keep_latest else "",
+             _ms(config.debounce) if config.debounce > 0 else 0,
+             _ms(config.debounce_max) if config.debounce_max > 0 else 0,
+             "1" if config.supersede else ""],
         )  # fmt: skip
         return Admission.of(reply)
 

@@ -16,7 +16,7 @@ module          runs in                          does
                                                  holders, due names, every interval
 ``admin``       the CLI, user code               revoke, discard, status
 ``message``     (shared)                         the stored message and its publish
-``states``      (shared)                         ``PARKED`` / ``PROMOTED``, errors
+``states``      (shared)                         ``PARKED`` etc., errors
 ==============  ===============================  =================================
 
 Guaranteed (single Redis): a parked task is published only with a
@@ -31,11 +31,12 @@ FIFO).
 from __future__ import annotations
 
 from .admin import discard, revoke, status
-from .states import PARKED, PROMOTED, ParkFull, ParkUnclaimed, StillPending
+from .states import PARKED, PROMOTED, SUPERSEDED, ParkFull, ParkUnclaimed, StillPending
 
 __all__ = [
     "PARKED",
     "PROMOTED",
+    "SUPERSEDED",
     "ParkFull",
     "ParkUnclaimed",
     "StillPending",

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from celery.exceptions import Ignore
@@ -25,9 +26,16 @@ from ..core.park import Admission, Parking, Verdict
 from ..core.rate import RateLimiter
 from ..options import HEADER_PARK_TOKEN, header
 from ..settings import settings_for
+from .enqueue import NO_CHANGES
 from .message import envelope_of_request, expires_in, json_dumps
 from .promotion import promote
-from .states import StillPending, announce_parked, mark_revoked, raise_if_bounded
+from .states import (
+    StillPending,
+    announce_parked,
+    announce_superseded,
+    mark_revoked,
+    raise_if_bounded,
+)
 
 __all__ = ["admit", "back_to_the_head"]
 
@@ -35,10 +43,14 @@ log = logging.getLogger("celery_redislock")
 
 
 def admit(
-    task: Any, request: Any, args: Sequence[Any], kwargs: Any, lease_set: LeaseSet
-) -> LeaseSet:
+    task: Any, request: Any, args: Sequence[Any], kwargs: Any, lease_set: LeaseSet,
+    park: Mapping[str, Any] = NO_CHANGES,
+) -> LeaseSet:  # fmt: skip
     """Run-time admission of a park-policy task; returns the held lease set or
-    raises ``Ignore`` (parked, or a copy that must not run) / ``ParkFull``."""
+    raises ``Ignore`` (parked, or a copy that must not run) / ``ParkFull``.
+    ``park``: changes to the app's :class:`ParkConfig` (``keep_latest``: a task
+    that parks takes the place of the one parked before it, which ends
+    ``SUPERSEDED``; ``debounce``)."""
     name, task_id = lease_set.name, request.id
     parking = Parking(lease_set.client, lease_set.keys.prefix, name)
     token = header(request, HEADER_PARK_TOKEN)
@@ -52,6 +64,7 @@ def admit(
         mark_revoked(task.app, task_id, "revoked", request)
         raise Ignore()  # the task is done: __call__ gives its enqueue marker back
     owner = new_owner(lease_set.owner_prefix)
+    config = replace(settings_for(task.app).park, **park)
     meta = lease_set.holder_meta()
     sent_at = time.monotonic()
     admission: Admission | None = None
@@ -69,11 +82,12 @@ def admit(
             # Either way this copy is the task: admitted like any message
             # without a reservation.  At least once, as Celery delivers.
             admission = None
+    arrived = admission is None  # decided here, not a claim sent back to the park
     if admission is None:
         envelope = envelope_of_request(task, request, args, kwargs)
         admission = parking.arrive(
             task_id, lease_set.script_limit, json_dumps(envelope),
-            expires_in(envelope["headers"], task.app), settings_for(task.app).park,
+            expires_in(envelope["headers"], task.app), config,
             owner, lease_set.ttl, meta, task.name, task.redislock_rate(args, kwargs),
         )  # fmt: skip
     if admission.verdict is Verdict.HELD:
@@ -82,7 +96,8 @@ def admit(
             time.sleep(admission.wait)
         return lease_set
     if admission.verdict is Verdict.PARKED:
-        announce_parked(task, task_id, name, "arrive", admission)
+        announce_parked(task, task_id, name, "arrive", admission, config if arrived else None)
+        announce_superseded(task, admission.replaced, task_id, name, "arrive")
         raise StillPending()
     raise_if_bounded(admission, name, f"{task.name}[{task_id}] not parked")
     log.info("%s[%s] dropped: a copy of a parked task (%s)", task.name, task_id, admission.reason)

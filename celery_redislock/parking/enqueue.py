@@ -4,8 +4,9 @@
 context variable set; the wrapped ``app.amqp.send_task_message`` sees the
 message exactly as Celery built it (routing done) and makes one
 ``park_enqueue.lua`` call: the task is published with a reservation's token,
-or stored in the park and not published (``PARKED``), or refused with
-:class:`ParkFull`.  A publish that fails after a reservation gives the
+or stored in the park and not published (``PARKED``; with ``keep_latest``
+it takes the place of the task parked before it, which ends ``SUPERSEDED``),
+or refused with :class:`ParkFull`.  A publish that fails after a reservation gives the
 reservation back, so its slot is not held for a message that never left.
 """
 
@@ -14,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -26,7 +28,7 @@ from ..leases import script_limit
 from ..options import HEADER_PARK_TOKEN
 from ..settings import client_for
 from .message import envelope_of_publish, expires_in, json_dumps
-from .states import announce_parked, raise_if_bounded
+from .states import announce_parked, announce_superseded, raise_if_bounded
 
 __all__ = ["apply_async"]
 
@@ -38,19 +40,22 @@ class _Call:
     task_id: str
     limit: int
     rate: RateTerms
+    park: Mapping[str, Any]  #: changes to the app's ParkConfig for this call
 
 
+NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("redislock_park", default=None)
 _INSTALL_LOCK = threading.Lock()
 
 
 def apply_async(
     task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any],
-    rate: RateTerms = NO_RATE,
+    rate: RateTerms = NO_RATE, park: Mapping[str, Any] = NO_CHANGES,
 ) -> Any:  # fmt: skip
-    """Run ``send`` (Celery's ``apply_async``) with the park decision at publish."""
+    """Run ``send`` (Celery's ``apply_async``) with the park decision at publish;
+    ``park``: changes to the app's :class:`ParkConfig` (``keep_latest``, ``debounce``)."""
     _install_sender(task.app)
-    reset = _CALL.set(_Call(task, name, task_id, script_limit(task, limit), rate))
+    reset = _CALL.set(_Call(task, name, task_id, script_limit(task, limit), rate, park))
     try:
         return send()
     finally:
@@ -94,13 +99,15 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
     not published (parked, or already parked or in flight)."""
     task = call.task
     client, settings = client_for(task.app)
+    config = replace(settings.park, **call.park)
     admission = Parking(client, settings.prefix, call.name).enqueue(
         call.task_id, call.limit, json_dumps(envelope),
-        expires_in(envelope["headers"], task.app), settings.park, task.name, call.rate,
+        expires_in(envelope["headers"], task.app), config, task.name, call.rate,
     )  # fmt: skip
     if admission.verdict is Verdict.RESERVED:
         return admission.token
     raise_if_bounded(admission, call.name, f"{task.name}[{call.task_id}] not enqueued")
     if admission.verdict is Verdict.PARKED:
-        announce_parked(task, call.task_id, call.name, "enqueue", admission)
+        announce_parked(task, call.task_id, call.name, "enqueue", admission, config)
+        announce_superseded(task, admission.replaced, call.task_id, call.name, "enqueue")
     return None

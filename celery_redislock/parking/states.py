@@ -3,29 +3,32 @@
 Every path of a parked task ends in a state of the result backend, a log
 line and a signal (docs/park.md, "States"): ``PARKED`` while it waits,
 ``PROMOTED`` once re-published, then the states of a run, or ``REVOKED``
-(expired, revoked, discarded) or ``FAILURE`` (:class:`ParkFull`,
-:class:`ParkUnclaimed`).
+(expired, revoked, discarded), ``SUPERSEDED`` (``keep_latest``: a newer call
+took its place) or ``FAILURE`` (:class:`ParkFull`, :class:`ParkUnclaimed`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from celery.exceptions import Ignore
 
 from .. import signals
 from ..core.errors import LockContended
-from ..core.park import Admission, Verdict
+from ..core.park import Admission, ParkConfig, Verdict
 
 __all__ = [
     "PARKED",
     "PROMOTED",
+    "SUPERSEDED",
     "ParkFull",
     "ParkUnclaimed",
     "StillPending",
     "announce_parked",
+    "announce_superseded",
     "mark_revoked",
     "raise_if_bounded",
     "store_state",
@@ -36,6 +39,9 @@ log = logging.getLogger("celery_redislock")
 PARKED = "PARKED"
 #: published again by a promotion, not yet started (its message is in the broker)
 PROMOTED = "PROMOTED"
+#: final: a newer call of its key took its place in the park (``keep_latest``);
+#: ``AsyncResult.info["superseded_by"]`` is the id of that call's task
+SUPERSEDED = "SUPERSEDED"
 
 
 class StillPending(Ignore):  # type: ignore[misc]
@@ -73,12 +79,23 @@ def raise_if_bounded(admission: Admission, name: str, what: str) -> None:
         )
 
 
-def announce_parked(task: Any, task_id: str, name: str, where: str, admission: Admission) -> None:
+def announce_parked(
+    task: Any, task_id: str, name: str, where: str, admission: Admission,
+    config: ParkConfig | None = None,
+) -> None:  # fmt: skip
     """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive);
-    for a task parked for its rate (or a pause) also ``lock_rate_limited``."""
+    for a task parked for its rate (or a pause) also ``lock_rate_limited``.
+    ``config``: the park settings of the call (a debounced call says so)."""
     count, wait = admission.count, admission.wait
     meta: dict[str, Any] = {"lock": name, "where": where}
-    if wait > 0:
+    if config is not None and config.debounce > 0:
+        bound = f", at the latest {config.debounce_max:g} s after the first" if (
+            config.debounce_max > 0) else ""  # fmt: skip
+        log.info(
+            "%s[%s] parked (%s): %r debounced, runs %g s after the last call%s",
+            task.name, task_id, where, name, config.debounce, bound,
+        )  # fmt: skip
+    elif wait > 0:
         meta["eligible_in"] = wait
         log.info(
             "%s[%s] parked (%s): %r waits for its rate, eligible in %.3f s, %d parked",
@@ -97,6 +114,24 @@ def announce_parked(task: Any, task_id: str, name: str, where: str, admission: A
         signals.lock_rate_limited.send(
             sender=task, task_id=task_id, name=name, kind=task._redislock_kind,
             retry_after=wait, where=where,
+        )  # fmt: skip
+
+
+def announce_superseded(task: Any, replaced: Sequence[str], by: str, name: str, where: str) -> None:
+    """``SUPERSEDED`` (with ``superseded_by``), its log line and ``lock_dropped``
+    (reason ``"superseded"``) for each task a ``keep_latest`` call took out of
+    the park (``where``: enqueue / arrive), or a run that stopped at its
+    ``checkpoint()`` (``where``: run; ``by`` the newer call)."""
+    for task_id in replaced:
+        log.info(
+            "%s[%s] superseded by %s (%s): %r keeps the latest call only",
+            task.name, task_id, by, where, name,
+        )  # fmt: skip
+        store_state(task.app, task_id, SUPERSEDED,
+                    {"lock": name, "superseded_by": by, "where": where})  # fmt: skip
+        signals.lock_dropped.send(
+            sender=task, task_id=task_id, name=name, kind=task._redislock_kind,
+            reason="superseded", superseded_by=by,
         )  # fmt: skip
 
 

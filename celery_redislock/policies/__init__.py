@@ -11,6 +11,7 @@ in a visible state with a log line; none drops a task silently.
 from __future__ import annotations
 
 from .base import Context, Phase, Policy, announce_contended, fail
+from .keep_latest import KeepLatest
 from .park import Park
 from .raise_ import Raise
 from .retry import Retry, requeue
@@ -21,6 +22,7 @@ __all__ = [
     "POLICIES",
     "SKIPPED",
     "Context",
+    "KeepLatest",
     "Park",
     "Phase",
     "Policy",
@@ -35,7 +37,9 @@ __all__ = [
 ]
 
 #: policy name -> the policy
-POLICIES: dict[str, Policy] = {p.name: p for p in (Skip(), Retry(), Wait(), Raise(), Park())}
+POLICIES: dict[str, Policy] = {
+    p.name: p for p in (Skip(), Retry(), Wait(), Raise(), Park(), KeepLatest())
+}
 
 
 def check_policy(policy: object, what: str = "lock_policy") -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from ..parking.arrival import admit
-from ..parking.enqueue import apply_async
+from ..parking.enqueue import NO_CHANGES, apply_async
 from ..parking.promotion import after_release, releaser
 from .base import Context, Policy, fail, take
 
@@ -38,7 +38,7 @@ class Park(Policy):
         task, request, args, kwargs = ctx.task, ctx.request, ctx.args, ctx.kwargs
         lease_set = ctx.need_lease_set()
         # Holds the lease, or raises Ignore (parked, or a stale copy).
-        admit(task, request, args, kwargs, lease_set)
+        admit(task, request, args, kwargs, lease_set, self.park_settings(task))
         return True
 
     def contended(self, ctx: Context) -> NoReturn:
@@ -53,7 +53,12 @@ class Park(Policy):
         name, task_id = ctx.name, ctx.task_id
         limit = task.redislock_limit(ctx.args, ctx.kwargs)
         rate = task.redislock_rate(ctx.args, ctx.kwargs)
-        return apply_async(task, name, task_id, limit, send, rate)
+        return apply_async(task, name, task_id, limit, send, rate, self.park_settings(task))
+
+    def park_settings(self, task: Any) -> Mapping[str, Any]:
+        """Changes to the app's ``ParkConfig`` for a call of ``task`` (none here;
+        ``keep_latest`` sets its own)."""
+        return NO_CHANGES
 
     def releaser(self, ctx: Context) -> Callable[[str], bool]:
         task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
@@ -65,6 +70,7 @@ class Park(Policy):
 
 
 def _delayed(call: Mapping[str, Any]) -> bool:
+    """Whether the call has a ``countdown`` / ``eta``: published as is, decided at arrival."""
     countdown, eta = call.get("countdown"), call.get("eta")
     if isinstance(countdown, (int, float)) and countdown > 0:
         return True

@@ -17,13 +17,14 @@ from typing import Any
 
 from .. import parking
 from ..cli_target import Target
-from ..cli_top import TopRow, top_rows
+from ..cli_top import top_rows
 from ..core import liveness
 from ..core.inspection import LeaseSetState, inspect_names, task_id_of
 from ..core.leaseset_inspect import Holder, Waiter
 from ..core.override import Overrides
 from ..core.park import Parking, ParkStatus
 from ..core.rate import Rate
+from ..keyrows import KeyRow
 from ..task import UNCAPPED
 
 __all__ = ["MAX_HOLDERS", "MAX_KEYS", "NEAR", "key_page", "level", "overview"]
@@ -108,7 +109,7 @@ def _tasks(state: LeaseSetState | None, park: ParkStatus | None) -> list[str]:
     return sorted(names)
 
 
-def _key_row(row: TopRow, state: LeaseSetState | None, park: ParkStatus | None) -> dict[str, Any]:
+def _key_row(row: KeyRow, state: LeaseSetState | None, park: ParkStatus | None) -> dict[str, Any]:
     return {
         "name": row.name, "kind": row.kind, "held": row.held, "reserved": row.reserved,
         "limit": row.limit, "level": level(row.held + row.reserved, row.limit),

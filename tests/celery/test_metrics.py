@@ -9,6 +9,7 @@ including one killed mid-run.  The exporter's gauges are compared with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from celery_redislock import SKIPPED
+from celery_redislock.core.inspection import inspect_names
 from celery_redislock.core.park import ParkConfig, Parking
 from celery_redislock.servers import free_port
 from celery_redislock.settings import client_for
@@ -63,6 +65,35 @@ def scrape(port: int | str) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
         for family in text_string_to_metric_families(body)
         for s in family.samples
     }
+
+
+def served(port: int) -> dict[Any, float] | None:
+    """A scrape of ``port``, None while nothing listens there yet."""
+    try:
+        return scrape(port)
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def exporter(redis_url: str, prefix: str) -> Iterator[int]:
+    """``celery redislock exporter`` on a free port (yielded) for ``prefix``;
+    stopped with Ctrl-C at the end, which must exit 0 without a traceback."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.celery_apps.basic", "redislock",
+         "--url", redis_url, "--prefix", prefix, "exporter", "--port", str(port),
+         "--host", "127.0.0.1"],
+        cwd=ROOT, env={**os.environ, "REDISLOCK_TEST_REDIS": redis_url,
+                       "REDISLOCK_TEST_PREFIX": prefix},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        yield port
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in output, output
 
 
 def sample(samples: dict[Any, float], name: str, **labels: str) -> float:
@@ -145,24 +176,8 @@ def test_the_exporter_serves_the_parks_gauges(app: Any, redis_url: str) -> None:
     for n in range(2, 5):
         assert park.enqueue(f"e{n}", 1, envelope, 0, ParkConfig(), "basic.parked").count == n - 1
     wait_for(lambda: park.status().overdue == 1, 10, message="the promotion overdue")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.celery_apps.basic", "redislock",
-         "--url", redis_url, "--prefix", prefix, "exporter", "--port", str(port),
-         "--host", "127.0.0.1"],
-        cwd=ROOT, env={**os.environ, "REDISLOCK_TEST_REDIS": redis_url,
-                       "REDISLOCK_TEST_PREFIX": prefix},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-
-        def served() -> dict[Any, float] | None:
-            try:
-                return scrape(port)
-            except OSError:
-                return None
-
-        samples = wait_for(served, 60, message="the exporter")
+    with exporter(redis_url, prefix) as port:
+        samples = wait_for(lambda: served(port), 60, message="the exporter")
         status = park.status()
         labels = {"task": "basic.parked", "kind": "semaphore"}
         assert sample(samples, "redislock_parked", **labels) == status.parked == 3
@@ -170,7 +185,55 @@ def test_the_exporter_serves_the_parks_gauges(app: Any, redis_url: str) -> None:
         assert sample(samples, "redislock_parked_keys", **labels) == 1
         age = sample(samples, "redislock_parked_oldest_age_seconds", **labels)
         assert status.oldest_age is not None and 0 <= age <= status.oldest_age + 1
-    finally:
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "Traceback" not in output, output
+
+
+def test_the_exporter_counts_slots_in_use_and_keys_at_their_limit(
+    app: Any, worker: Any, config: dict[str, str], redis_url: str
+) -> None:
+    """``redislock_slots_in_use`` and ``redislock_keys_at_limit`` equal what
+    ``status`` reads from the lease sets while prefork children hold them, and
+    fall to nothing once the runs end (the held index, not a SCAN)."""
+    client, _ = client_for(app)
+    full, light, cache = (uuid.uuid4().hex[:8] for _ in range(3))
+    runs = [app.tasks["basic.parked"].delay(full, n, 60, True) for n in range(2)]  # limit 2
+    runs.append(app.tasks["basic.refresh_cache"].delay(cache, 60, True))  # a lock
+
+    def starts() -> int:
+        events = [
+            *app.recorder.events("parked", full),
+            *app.recorder.events("refresh_cache", cache),
+        ]
+        return sum(e["what"] == "start" for e in events)
+
+    wait_for(lambda: starts() == 3, 60, message="three runs holding")
+    with exporter(redis_url, config["prefix"]) as port:
+        samples = wait_for(lambda: served(port), 60, message="the exporter")
+        states = {s.name: s for s in inspect_names(client, config["prefix"],
+                                                   [f"park:{full}", f"cache:{cache}"])}  # fmt: skip
+        assert (
+            len(states[f"park:{full}"].holders)
+            == 2
+            == sample(samples, "redislock_slots_in_use", task="basic.parked", kind="semaphore")
+        )
+        assert (
+            len(states[f"cache:{cache}"].holders)
+            == 1
+            == sample(samples, "redislock_slots_in_use", task="basic.refresh_cache", kind="lock")
+        )
+        assert sample(samples, "redislock_keys_at_limit", task="basic.parked") == 1
+        assert sample(samples, "redislock_keys_at_limit", task="basic.refresh_cache") == 1
+        # One more key of basic.parked, below its limit: in use, not at it.
+        runs.append(app.tasks["basic.parked"].delay(light, 0, 60, True))
+
+        def in_use() -> float:
+            return sample(scrape(port), "redislock_slots_in_use", task="basic.parked")
+
+        wait_for(lambda: in_use() == 3, 60, message="the third slot")
+        assert sample(scrape(port), "redislock_keys_at_limit", task="basic.parked") == 1
+        for key in (full, light, cache):
+            client.set(f"{config['prefix']}:gate:{key}", 1)
+        for r in runs:
+            r.get(timeout=60)
+        wait_for(lambda: sample(scrape(port), "redislock_slots_in_use") == 0, 30,
+                 message="no slot in use once the runs ended")  # fmt: skip
+        assert sample(scrape(port), "redislock_keys_at_limit") == 0

@@ -38,7 +38,7 @@ from celery import Celery
 from celery.exceptions import Ignore, Reject
 from kombu import Exchange, Queue
 
-from celery_redislock import LockedTask, RateLimitedTask, SemaphoreTask, signals
+from celery_redislock import FencedResource, LockedTask, RateLimitedTask, SemaphoreTask, signals
 
 from . import write_pid_when_ready
 
@@ -164,6 +164,68 @@ def create_app(config: dict[str, str]) -> Celery:
     )
     def refresh_cache(self: Any, user_id: Any, duration: float = 0.5, gate: bool = False) -> Any:
         return body(self, user_id, duration, gate)
+
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.keep_latest",
+        lock_key="latest:{key}",
+        lock_policy="keep_latest",
+    )
+    def keep_latest(self: Any, key: Any, value: int, duration: float = 0.2,
+                    gate: bool = False) -> Any:  # fmt: skip
+        return body(self, key, duration, gate, value=value)
+
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.debounced",
+        lock_key="debounce:{key}",
+        lock_policy="keep_latest",
+        lock_debounce=0.5,
+        lock_debounce_max=1.5,
+    )
+    def debounced(self: Any, key: Any, value: int, duration: float = 0.05) -> Any:
+        return body(self, key, duration, value=value)
+
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.throttled",
+        lock_key="throttle:{key}", lock_policy="keep_latest", lock_throttle=1.0,
+    )  # fmt: skip
+    def throttled(self: Any, key: Any, value: int, duration: float = 0.05) -> Any:
+        return body(self, key, duration, value=value)
+
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.throttled_leading",
+        lock_key="throttle:{key}", lock_policy="keep_latest", lock_throttle=1.0,
+        lock_throttle_trailing=False,
+    )  # fmt: skip
+    def throttled_leading(self: Any, key: Any, value: int, duration: float = 0.05) -> Any:
+        return body(self, key, duration, value=value)
+
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.superseding",
+        lock_key="sup:{key}", lock_policy="keep_latest", lock_supersede=True, lock_ttl=3,
+    )  # fmt: skip
+    def superseding(self: Any, key: Any, value: int, checkpoint: bool, seconds: float) -> Any:
+        """Writes ``value`` to a resource guarded by its lock every 50 ms for
+        ``seconds``, recording each write's fate; with ``checkpoint`` it calls
+        ``checkpoint()`` before each write."""
+        lock = self.request.redislock
+        resource = FencedResource(rec.client, f"{lock.keys.base}:data", guard=lock)
+        rec.event(self, key, "start", value=value, token=lock.token)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if checkpoint:
+                lock.checkpoint()
+            accepted = bool(resource.write(lock.token, value))
+            rec.event(self, key, "write", value=value, accepted=accepted,
+                      superseded=lock.superseded)  # fmt: skip
+            time.sleep(0.05)
+        rec.event(self, key, "end", value=value)
+        return value
 
     @app.task(
         shared=False,

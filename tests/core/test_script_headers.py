@@ -30,7 +30,7 @@ from celery_redislock.core.replication import acknowledged_by
 from tests.waiting import wait_for
 
 LUA = Path(scripts.__file__).parent / "lua"
-NUMBERS = {"seven": 7, "seventeen": 17}
+NUMBERS = {"seven": 7, "eighteen": 18}
 
 
 def declared(name: str) -> tuple[set[int] | None, set[int] | None]:
@@ -40,12 +40,17 @@ def declared(name: str) -> tuple[set[int] | None, set[int] | None]:
     shared = re.search(r"^-- KEYS: the (\w+) keys of (\w+\.lua)", header, re.MULTILINE)
     if shared:
         count = NUMBERS[shared.group(1)]
-        # The park scripts leave the index and the total out on a cluster.
-        keys = {count, count - 2} if shared.group(2) == "park_common.lua" else {count}
+        # The park scripts leave the two indexes and the total out on a cluster;
+        # "and KEYS[n] ... (optional": the lease set's index of held names.
+        keys = {count, count - 3} if shared.group(2) == "park_common.lua" else {count}
+        if re.search(r"and KEYS\[\d+\] \w+ \(optional", header):
+            keys.add(count + 1)
     elif re.search(r"^-- KEYS: for lease i", header, re.MULTILINE):
         keys = None
     else:
         keys = {max(map(int, re.findall(r"^--\s+KEYS\[(\d+)\]", header, re.MULTILINE)))}
+        optional = re.findall(r"^--\s+KEYS\[(\d+)\]\s+\w+\s+\w+\s+optional", header, re.MULTILINE)
+        keys |= {int(n) - 1 for n in optional}
     args: set[int] | None
     if re.search(r"^-- ARGV: none", header, re.MULTILINE):
         args = {0}
@@ -88,6 +93,11 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     assert declared("touch_fence.lua") == ({1}, {1})
     keys = LeaseKeys(prefix, name)
     scripts.REFRESH_PREFIX(redis_client, [keys.holders, keys.info], ["no-such-owner"])
+    indexed = LeaseKeys(prefix, name, indexed=True)
+    scripts.REFRESH_PREFIX(redis_client, indexed.refresh_keys(), ["no-such-owner"])
+    listed = RedisLock(redis_client, f"{name}-i", ttl=5, prefix=prefix, index=True)
+    assert listed.acquire() and listed.refresh() and listed.holders()
+    listed.release()
     space, me = liveness.process_space(), liveness.identity()
     if space is not None and me is not None:  # Linux: process statements
         liveness.Recorder().state(space, me, HEARTBEAT.leases())

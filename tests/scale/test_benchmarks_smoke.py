@@ -231,3 +231,17 @@ def test_rate_part_reports_every_contender_and_the_primitive(server: RedisServer
     assert prim["RateLimiter.try_acquire (GCRA)"]["redis_cmds_per_call"] >= 1
     assert "limits moving window" in prim
     assert "| `park` |" in rate_bench.section(result)
+
+
+def test_coalesce_part_leaves_nothing_stale_with_keep_latest(server: RedisServer) -> None:
+    """Part ``coalesce`` on a tiny schedule: every call of every policy settles,
+    ``keep_latest`` and debounce leave no key stale, debounce runs once per
+    burst and reports each run's lateness."""
+    from benchmarks import coalesce_bench
+
+    tiny = coalesce_bench.CoalesceParams(keys=2, bursts=1, burst=3, spread=1.0)
+    result = coalesce_bench.run(server.url, tiny, lambda msg: None)
+    assert result["keep_latest"]["stale_keys"] == result["debounce"]["stale_keys"] == 0
+    assert result["debounce"]["runs"] == 2 and result["debounce"]["late_ms"]["n"] == 2
+    assert result["skip"]["runs"] >= 2
+    assert "| debounce |" in coalesce_bench.section(result)

@@ -15,7 +15,7 @@ from celery_redislock import HEARTBEAT, FairSemaphore, LockLost, NotReplicated, 
 from celery_redislock.core.acl import acl_rules
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.core.heartbeat import refresh_leases
-from celery_redislock.core.keys import park_index
+from celery_redislock.core.keys import held_index, park_index
 from devtools.engines import LocalCluster
 from tests.celery_harness import celery_worker_factory  # noqa: F401 (fixture)
 from tests.waiting import wait_for
@@ -58,7 +58,10 @@ def test_locks_spread_over_all_masters_each_in_one_slot(
     client: Any, cluster: LocalCluster, prefix: str
 ) -> None:
     locks = [
-        RedisLock(client, n, prefix=prefix, ttl=10) for n in names_on_every_master(client, prefix)
+        # index=True (as the Celery layer builds them) is ignored on a cluster:
+        # the index of held names would live in another slot.
+        RedisLock(client, n, prefix=prefix, ttl=10, index=True)
+        for n in names_on_every_master(client, prefix)
     ]
     for lock in locks:
         assert lock.acquire(blocking=False)
@@ -73,7 +76,9 @@ def test_locks_spread_over_all_masters_each_in_one_slot(
                     == node.connection_pool.connection_kwargs["port"]
                 )
         assert all(holders_per_master), f"a master holds no lock: {holders_per_master}"
+        assert not client.exists(held_index(prefix))
         for lock in locks:
+            assert len(lock.keys.script_keys()) == 7  # no index
             slots = {client.keyslot(k) for k in lock.keys.script_keys()[:5]}
             slots.add(client.keyslot(lock.keys.wake("x")))
             assert len(slots) == 1
@@ -330,3 +335,34 @@ def test_park_on_a_cluster_with_a_real_worker(
     with pytest.raises(ValueError, match="single Redis server"):
         for n in range(3):
             task.delay(keys[3], n)
+
+
+def test_keep_latest_and_debounce_on_the_cluster(
+    cluster: LocalCluster,
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
+) -> None:
+    """The coalescing modes with the lock Redis on a cluster: the replaced call,
+    the debounce hold and the promotion live in the key's slot."""
+    from celery_redislock import SUPERSEDED
+    from tests.celery_apps.basic import create_app
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    config = {"redis": redis_url, "lock_redis": cluster.url, "prefix": prefix,
+              "park_sweep": "0.5"}  # fmt: skip
+    app = create_app(config)
+    celery_worker_factory(config, pool="prefork", concurrency=2)
+    key = uuid.uuid4().hex[:8]
+    first = app.tasks["basic.keep_latest"].delay(key, 0, 60, True)
+    wait_for(lambda: app.recorder.events("keep_latest", key), 60, message="the first run")
+    later = [app.tasks["basic.keep_latest"].delay(key, n) for n in range(1, 6)]
+    app.recorder.client.set(f"{prefix}:gate:{key}", 1, ex=600)
+    first.get(timeout=60)
+    later[-1].get(timeout=60)
+    starts = [e for e in app.recorder.events("keep_latest", key) if e["what"] == "start"]
+    assert [e["value"] for e in starts] == [0, 5]
+    assert all(r.state == SUPERSEDED for r in later[:-1])
+    debounced = [app.tasks["basic.debounced"].delay(key, n) for n in range(4)]
+    debounced[-1].get(timeout=60)
+    runs = [e for e in app.recorder.events("debounced", key) if e["what"] == "start"]
+    assert [e["value"] for e in runs] == [3]

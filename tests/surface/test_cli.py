@@ -755,3 +755,21 @@ def test_status_top_watch_in_a_real_celery_process_until_sigint(
     assert len(shown) >= 2
     assert all(f.split("  ", 1)[0].count(":") == 2 for f in shown if f.strip())  # a time stamp
     assert all("every 0.2s, Ctrl-C to stop" in f for f in shown if f.strip())
+
+
+def test_status_shows_a_debounced_keys_pending_run_and_when_it_is_due(
+    app_module: str, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A debounced call (``lock_debounce``) waits in the park even on a free key:
+    ``status --top`` lists its pending run with the time left until it is due,
+    and ``parked --list`` names the task."""
+    config = ParkConfig(keep_latest=True, debounce=60)
+    park = Parking(redis_client, prefix, "index:doc7")
+    assert park.enqueue("d1", -1, '{"task": "proj.reindex"}', 0, config, "proj.reindex").count == 1
+    replaced = park.enqueue("d2", -1, '{"task": "proj.reindex"}', 0, config, "proj.reindex")
+    assert replaced.replaced == ("d1",)
+    out = run("-A", app_module, "redislock", "status", "--top", "5", "--json")
+    row = next(r for r in json.loads(out.stdout)["top"] if r["name"] == "index:doc7")
+    assert row["parked"] == 1 and 50 < row["next_due_in"] <= 60
+    listed = run("-A", app_module, "redislock", "parked", "--list", "5")
+    assert "index:doc7" in listed.output and "d2" in listed.output and "d1" not in listed.output

@@ -2,7 +2,7 @@
 
 The metric names are read from what the code registers: a worker's
 (``celery_redislock.metrics.WorkerMetrics``) and the exporter's
-(``celery_redislock.gauges.ParkGauges``), so a renamed metric fails here.
+(``celery_redislock.gauges.RedisGauges``), so a renamed metric fails here.
 """
 
 from __future__ import annotations
@@ -20,25 +20,22 @@ pytest.importorskip("prometheus_client", reason="pip install 'celery-redislock[m
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def registered() -> set[str]:
-    from celery_redislock.gauges import ParkGauges
+def registered(client: Any, prefix: str) -> set[str]:
+    from celery_redislock.gauges import RedisGauges
     from celery_redislock.metrics import WorkerMetrics
 
     worker = WorkerMetrics(tempfile.mkdtemp())
     metrics = [m for m in vars(worker).values() if hasattr(m, "_name")]
     names = {f"{m._name}_total" if m._type == "counter" else m._name for m in metrics}
-
-    class NoParks:
-        def zrange(self, *_: Any) -> list[Any]:
-            return []
-
-    names |= {family.name for family in ParkGauges(NoParks(), "p").collect()}
+    names |= {family.name for family in RedisGauges(client, prefix).collect()}
     return names
 
 
-def test_every_metric_is_documented_and_the_dashboard_uses_only_real_ones() -> None:
-    names = registered()
-    assert "redislock_acquired_total" in names and "redislock_parked" in names
+def test_every_metric_is_documented_and_the_dashboard_uses_only_real_ones(
+    redis_client: Any, prefix: str
+) -> None:
+    names = registered(redis_client, prefix)
+    assert {"redislock_acquired_total", "redislock_parked", "redislock_slots_in_use"} <= names
     doc = (ROOT / "docs" / "observability.md").read_text()
     assert {n for n in names if f"`{n}" not in doc} == set()
     dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())

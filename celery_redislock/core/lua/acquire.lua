@@ -1,5 +1,5 @@
 -- acquire.lua: take a slot now, or (when asked to wait) join the FIFO queue.
--- KEYS: the seven keys of common.lua.
+-- KEYS: the seven keys of common.lua, and KEYS[8] HELD (optional; see common.lua).
 -- ARGV[1] owner       random 128-bit hex id of this acquisition (no ':')
 -- ARGV[2] limit       the caller's limit: slots in the set; < 0 for a fixed
 --                     limit no override changes (-1 for a lock; see limit_of())
@@ -21,6 +21,7 @@
 
 --- @include common.lua
 
+HELD = KEYS[8]
 local owner, raw_limit, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local limit = limit_of(raw_limit)
 local meta, wait, max_wait_ms = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])

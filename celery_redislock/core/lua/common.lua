@@ -17,6 +17,14 @@
 --                           caller whose limit is not fixed (see limit_of()),
 --                           "interval_us" / "burst" its rate (rate_common.lua);
 --                           no TTL: it stays until cleared
+-- HELD (not one of the seven: a script that takes it sets it after the
+-- include: acquire.lua and release.lua as KEYS[8], park_common.lua as KEYS[18])
+--   ZSET name -> the latest lease expiry (Redis TIME, ms) granted or renewed
+--   for the name, while it has holders (index_held(), unindex_held()): the
+--   index of held names that `celery redislock exporter` reads (its slot
+--   gauges).  Hash tag {held:index}, so only on a single
+--   server; the Celery layer passes it, a bare RedisLock / FairSemaphore does
+--   not (see index_held()).
 -- Every key but `override` carries a TTL no later than the last lease or
 -- waiter in it, and empty aggregates vanish, so an idle name leaves only
 -- `fence` behind, and that for FENCE_MEMORY_MS (and an override an operator set).
@@ -55,8 +63,14 @@
 
 local HOLDERS, INFO, FENCE, QUEUE, QINFO, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local OVERRIDE = KEYS[7]
+local HELD  -- set by the including script when the caller passes the index
 local FENCE_MEMORY_MS = 600000
 local LIMIT_FIELD = ':limit'  -- owners never contain ':' (see leaseset.py)
+-- SUPERSEDED_FIELD in the info hash: "<token>|<task id>": every holder whose
+-- token is at most <token> was superseded by that task's call
+-- (lock_supersede: park_enqueue.lua ARGV[22]); refresh.lua reports it, and
+-- the field goes with the info hash when the last holder leaves.
+local SUPERSEDED_FIELD = ':superseded'
 local MIN_WAIT_LEASE_MS = 1000
 local NUDGE = '0'
 
@@ -172,6 +186,26 @@ local function admissible(state, limit)
   return false
 end
 
+-- List the name in HELD until `expiry_ms` at least (never earlier: GT); a
+-- release that leaves no holder takes it out (unindex_held()).  So the
+-- index holds the names with a lease that may be live, and a name costs one
+-- ZADD per grant or renewal and one ZREM when it empties.  Names left by
+-- holders that died (their leases ended unreleased) are dropped when a name
+-- enters with a token divisible by 16 (amortised; readers skip them by their
+-- score meanwhile).  The name is the hash tag of HOLDERS (names and prefixes
+-- never contain braces: keys.py).
+local function index_held(expiry_ms, token)
+  if not HELD then return end
+  if redis.call('ZADD', HELD, 'GT', expiry_ms, string.match(HOLDERS, '{([^}]*)}')) == 1
+      and token % 16 == 0 then
+    redis.call('ZREMRANGEBYSCORE', HELD, '-inf', '(' .. NOW_MS)
+  end
+end
+
+local function unindex_held()
+  if HELD then redis.call('ZREM', HELD, string.match(HOLDERS, '{([^}]*)}')) end
+end
+
 -- Make `owner` a holder with its limit as passed (`raw`, stored so that an
 -- override applies to it later; the caller checked admissible(state,
 -- limit_of(raw))).
@@ -182,6 +216,7 @@ local function add_holder(state, owner, ttl_ms, raw, meta)
   redis.call('ZADD', HOLDERS, NOW_MS + ttl_ms, owner)
   redis.call('HSET', INFO, owner, string.format('%d:%d:%d:%d:', token, NOW_MS, ttl_ms, raw) .. meta,
     LIMIT_FIELD, bound)
+  index_held(NOW_MS + ttl_ms, token)
   state.n, state.bound = state.n + 1, bound
   return token
 end
@@ -268,6 +303,7 @@ local function release_owner(owner, wake_ms)
       -- nothing to hand over or tidy: drop both holder keys.  (A wake list of
       -- ours that still holds an unread hand-off expires by itself.)
       redis.call('DEL', HOLDERS, INFO)
+      unindex_held()
       return held
     end
     remove_members(HOLDERS, INFO, {owner})
@@ -275,6 +311,7 @@ local function release_owner(owner, wake_ms)
 
   if redis.call('EXISTS', QUEUE, HOLDERS) == 0 then
     redis.call('DEL', INFO)  -- only LIMIT_FIELD can be left in it
+    unindex_held()
     return held
   end
 

@@ -5,6 +5,9 @@
 -- older holder (paused, partitioned, expired) is shut out for good, while a
 -- holder may read and write as often as it likes with its own token.
 -- KEYS[1] resource  HASH  {fence = highest token seen, value = current value}
+-- KEYS[2] guard     HASH  optional: the info hash of the lock whose tokens these
+--                   are (common.lua); a token at most its ':superseded' mark is
+--                   refused (lock_supersede), as a stale one is
 -- ARGV[1] token     the caller's fencing token (decimal integer >= 0)
 -- ARGV[2] mode      "write": store ARGV[3] as the value; "claim": read only
 -- ARGV[3] value     the new value (mode "write")
@@ -34,6 +37,10 @@ token = strip(token)
 local seen = redis.call('HGET', KEYS[1], 'fence')
 if seen and not ge(token, seen) then
   return {0, seen, redis.call('HGET', KEYS[1], 'value')}
+end
+local mark = KEYS[2] and redis.call('HGET', KEYS[2], ':superseded')
+if mark and ge(strip(string.match(mark, '^(%d+)')), token) then
+  return {0, seen or '0', redis.call('HGET', KEYS[1], 'value')}
 end
 if mode == 'write' then
   redis.call('HSET', KEYS[1], 'fence', token, 'value', ARGV[3])

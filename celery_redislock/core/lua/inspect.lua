@@ -1,7 +1,7 @@
 -- inspect.lua: read-only view of one lease set (for holders(), locked(), the CLI).
 -- Standalone (no common.lua: it writes nothing and needs none of its helpers).
--- KEYS: the seven keys of common.lua (holders, info, fence, queue, qinfo, wake, override);
---   only holders, info, queue and qinfo are read.
+-- KEYS: the seven keys of common.lua (holders, info, fence, queue, qinfo, wake, override),
+--   and KEYS[8] HELD (optional; unused); only holders, info, queue and qinfo are read.
 -- ARGV: none.
 -- Returns {now_ms, holders, waiters} where holders is a flat list
 -- {owner, expiry_ms, info, ...} of unexpired holders and waiters a flat list

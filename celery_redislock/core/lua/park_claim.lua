@@ -4,7 +4,7 @@
 -- from: an earlier promotion's copy that waited in a busy queue past its
 -- deadline is the same task, and the newer token then becomes stale.  So a
 -- queue slower than the reservation deadline delays a task, never starves it.
--- KEYS: the seventeen keys of park_common.lua (KEYS[16], KEYS[17] only on a single server).
+-- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token     promotion token from the message header

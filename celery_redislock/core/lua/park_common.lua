@@ -11,7 +11,11 @@
 --   KEYS[9]  parked   HASH  parked task id -> entry (see read_entry())
 --   KEYS[10] inflight HASH  reserved task id -> "token|deadline_ms|" .. entry
 --                     (published with its promotion token, not yet arrived)
---   KEYS[11] pmeta    HASH  {limit = last limit seen, seq = last sequence number}
+--   KEYS[11] pmeta    HASH  {limit = last limit seen, seq = last sequence number,
+--                     and for a debounced name (park_enqueue.lua ARGV[20]):
+--                     hold = Redis time (ms) before which its parked run is
+--                     not promoted, dfirst = when the first call of the
+--                     burst was parked}
 --   KEYS[12] tokens   ZSET  the fate of promotion tokens no longer in flight,
 --                     member "s|<task id>|<token>" (stale: superseded, that
 --                     copy never runs: a reservation that went overdue and
@@ -41,6 +45,8 @@
 --                     published on the channel <index>:wake (next_due()).
 --   KEYS[17] total    STRING  tasks parked over all names (single server only,
 --                     like the index; redislock_park_max_total needs it).
+--   KEYS[18] held     ZSET  the index of held names (HELD in common.lua;
+--                     single server only)
 -- ARGV[1] is always the name (the index member).
 -- Times are Redis TIME (NOW_MS from common.lua); expires_ms = 0 means never.
 
@@ -50,6 +56,7 @@
 local PARK, PARKED, INFLIGHT, PMETA = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local TOKENS, RATE, PAUSE, STARTED = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local INDEX, TOTAL = KEYS[16], KEYS[17]
+HELD = KEYS[18]
 local PNAME = ARGV[1]
 local STALE_MEMORY_MS = 7 * 24 * 3600 * 1000  -- as the revoke records (parking.REVOKE_MEMORY)
 local CLAIMED_MEMORY_MS = 3600 * 1000  -- kombu's default visibility timeout
@@ -99,13 +106,19 @@ local function entry_string(e)
 end
 
 -- Whether the name's rate (and pause) admits entry `e` now; with `take`,
--- its units are taken when it does.  Returns admitted and, if not, the
+-- its units are taken when it does.  Parked work also waits for a debounced
+-- name's hold (PMETA).  Returns admitted and, if not, the
 -- microseconds until it would be.  An entry without a rate only waits
 -- for a pause.  `parked`: `e` is parked work (promotion), whose schedule may
 -- be kept SCHEDULE_LAG_US (at most half an interval) behind (see gcra()), so
 -- a backlog keeps its rate when a promotion runs a little after its due time
 -- (a sweeper's wake-up); an arriving start has none.
+local hold_ms  -- PMETA's hold, read once per script call (0: none)
 local function rate_admits(e, take, parked)
+  if parked then
+    if hold_ms == nil then hold_ms = tonumber(redis.call('HGET', PMETA, 'hold') or '0') end
+    if hold_ms > NOW_MS then return false, (hold_ms - NOW_MS) * 1000 end
+  end
   local interval, burst, cost = rate_terms(OVERRIDE, e.interval, e.burst, e.cost)
   if interval > 0 then
     local lag = 0

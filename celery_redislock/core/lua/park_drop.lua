@@ -2,7 +2,7 @@
 -- discard, a publish that failed, a revoked task met at promotion).  A
 -- reservation it held is freed (the caller then runs park_promote.lua) and
 -- its token remembered as stale, so a copy already published never runs.
--- KEYS: the seventeen keys of park_common.lua (KEYS[16], KEYS[17] only on a single server).
+-- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token    "" to drop whatever is stored; else only the in-flight

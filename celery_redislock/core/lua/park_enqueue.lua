@@ -2,7 +2,7 @@
 -- (mode "enqueue"), when a message without a reservation reaches a worker
 -- (mode "arrive"), and for a run of another policy that has a rate (mode
 -- "try": never parks).
--- KEYS: the seventeen keys of park_common.lua (KEYS[16], KEYS[17] only on a single server).
+-- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] mode         "enqueue" | "arrive" | "try" | "head" (a running task
 --                      pauses its key and goes back to the head of the park)
@@ -25,6 +25,20 @@
 -- ARGV[18] token       mode "head": the promotion token the run was claimed with
 --                      ("": none); it becomes stale, so a copy of the run's
 --                      message (redelivered after a crash) never runs
+-- ARGV[19] replace     modes "enqueue", "arrive": "1" keeps the latest only
+--                      (lock_policy keep_latest): a task that parks takes out
+--                      every task parked before it, so the name holds at most
+--                      one parked task (and the park bounds never refuse it)
+-- ARGV[20] debounce_ms modes "enqueue", "arrive" (> 0: lock_debounce, with
+--                      ARGV[19]): the task always parks, and is promoted no
+--                      sooner than debounce_ms after this call (PMETA hold)
+-- ARGV[21] debounce_max_ms  (> 0) but no later than this after the first call
+--                      of the burst (the first that replaced nothing; PMETA
+--                      dfirst), a slot free
+-- ARGV[22] supersede   modes "enqueue", "arrive": "1" (lock_supersede): a
+--                      task that parks marks every current holder superseded
+--                      (SUPERSEDED_FIELD of common.lua: the last fencing token
+--                      handed out and this task id)
 -- The name is *full* when no holder may join (reservations included; see
 -- admissible() in common.lua: the limits of every holder count), or anything
 -- is parked: then the task is parked (FIFO, so no newcomer overtakes parked
@@ -32,8 +46,9 @@
 -- does not admit it now; promotion publishes it when it does.  Otherwise the
 -- slot and the rate's units are taken together: "enqueue" reserves the slot
 -- (the caller publishes with the token), "arrive" and "try" take it as a lease.
--- Returns {"parked", n_parked, rate_wait_ms, due} (rate_wait_ms > 0: a slot
--- was free but the rate or a pause admits it only then) | {"reserved", token, due} |
+-- Returns {"parked", n_parked, rate_wait_ms, replaced, due} (rate_wait_ms > 0:
+-- a slot was free but the rate or a pause admits it only then; replaced: the
+-- ids of the tasks it took out, with ARGV[19]) | {"reserved", token, due} |
 -- {"held", fencing_token, due, start_wait_us} (see park_claim.lua) | {"dup", where, due} (already parked or in
 -- flight: idempotent) | {"bounded", n_parked, due} (park list at its bound;
 -- nothing stored) | {"bounded_total", n_total, due} (all names together at
@@ -48,6 +63,7 @@
 local mode, id, limit = ARGV[2], ARGV[3], stored_limit(tonumber(ARGV[4]))
 local envelope, expires_in, deadline_ms = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local max_parked, max_total = tonumber(ARGV[8]), tonumber(ARGV[12] or '0')
+local debounce_ms, debounce_max_ms = tonumber(ARGV[20] or '0'), tonumber(ARGV[21] or '0')
 
 if mode ~= 'try' then
   if redis.call('HEXISTS', PARKED, id) == 1 then return {'dup', 'parked', next_due(limit)} end
@@ -75,7 +91,7 @@ if mode == 'head' then
   return {'parked', n_parked + 1, pause_ms, next_due(limit)}
 end
 local state = holder_state()
-local slot = n_parked == 0 and admissible(state, limit_of(limit))
+local slot = debounce_ms == 0 and n_parked == 0 and admissible(state, limit_of(limit))
 local rate_ok, wait_us = false, 0
 if slot then rate_ok, wait_us = rate_admits(entry, false) end
 local start_us = 0  -- a run admitted now: its wait before its body starts
@@ -88,6 +104,12 @@ if mode == 'try' then
   if not slot then return {'full', 0, next_due(limit)} end
   if not rate_ok then return {'rate', math.ceil(wait_us / 1000), next_due(limit)} end
 elseif not (slot and rate_ok) then
+  local replaced = {}
+  if ARGV[19] == '1' then
+    replaced = redis.call('ZRANGE', PARK, 0, -1)
+    for _, older in ipairs(replaced) do unpark(older) end
+    n_parked = 0
+  end
   if max_parked > 0 and n_parked >= max_parked then
     return {'bounded', n_parked, next_due(limit)}
   end
@@ -95,11 +117,21 @@ elseif not (slot and rate_ok) then
     local total = tonumber(redis.call('GET', TOTAL) or '0')
     if total >= max_total then return {'bounded_total', total, next_due(limit)} end
   end
+  if debounce_ms > 0 then
+    local first = NOW_MS
+    if #replaced > 0 then first = tonumber(redis.call('HGET', PMETA, 'dfirst') or NOW_MS) end
+    local hold = NOW_MS + debounce_ms
+    if debounce_max_ms > 0 then hold = math.min(hold, first + debounce_max_ms) end
+    redis.call('HSET', PMETA, 'dfirst', first, 'hold', hold)
+  end
   entry.seq = redis.call('HINCRBY', PMETA, 'seq', 1)
   park(id, entry)
+  if ARGV[22] == '1' and redis.call('EXISTS', INFO) == 1 then
+    redis.call('HSET', INFO, SUPERSEDED_FIELD, (redis.call('GET', FENCE) or '0') .. '|' .. id)
+  end
   local rate_wait_ms = 0
   if slot then rate_wait_ms = math.ceil(wait_us / 1000) end
-  return {'parked', n_parked + 1, rate_wait_ms, next_due(limit)}
+  return {'parked', n_parked + 1, rate_wait_ms, replaced, next_due(limit)}
 end
 
 rate_admits(entry, true)  -- admitted just above: takes the units with the slot

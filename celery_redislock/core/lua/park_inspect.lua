@@ -1,6 +1,6 @@
 -- park_inspect.lua: read-only counts (and optionally the first entries) of
 -- one name's parked work, for status and listing.
--- KEYS: the seventeen keys of park_common.lua (KEYS[16], KEYS[17] unused).
+-- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] unused).
 -- ARGV[1] name
 -- ARGV[2] count    how many parked entries to list (0: none)
 -- Returns {now_ms, parked, oldest_enqueued_ms (0: none), inflight, overdue,

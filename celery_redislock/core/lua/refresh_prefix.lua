@@ -7,6 +7,8 @@
 -- KEYS[1] holders ZSET  owner -> lease expiry (Redis TIME, ms)
 -- KEYS[2] info    HASH  owner -> "token:acquired_ms:ttl_ms:..." (see common.lua)
 --   (both of one name, so one hash tag {name} and one cluster slot)
+-- KEYS[3] held    ZSET  optional: the index of held names (HELD in common.lua),
+--                 where the name is listed until the latest renewed expiry
 -- ARGV[1..n] owner id prefixes (at least one)
 -- Each matching holder is renewed to Redis TIME + the ttl it was granted (from
 -- its info entry), only if its lease is unexpired by Redis TIME: an expired
@@ -37,6 +39,9 @@ for i = 1, #live, 2 do
       if shortest == 0 or ttl_ms < shortest then shortest = ttl_ms end
     end
   end
+end
+if latest > 0 and KEYS[3] then
+  redis.call('ZADD', KEYS[3], 'GT', latest, string.match(holders, '{([^}]*)}'))
 end
 if latest > 0 and redis.call('PTTL', holders) < latest - now_ms then
   redis.call('PEXPIRE', holders, latest - now_ms)

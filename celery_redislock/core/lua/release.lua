@@ -2,7 +2,9 @@
 -- slot to the next live waiter(s), each admitted by its own limit (THE
 -- INVARIANT of common.lua; the releaser's limit plays no part): see
 -- release_owner() in common.lua.
--- KEYS: the seven keys of common.lua.
+-- KEYS: the seven keys of common.lua, and KEYS[8] HELD (optional; see
+-- common.lua: the waiters a release promotes are listed there, a name left
+-- without holders leaves it).
 -- ARGV[1] owner
 -- ARGV[2] wake_ms    lifetime of a wake list this hand-off creates, and the
 --                    longest wait lease (max_wait_ms of acquire.lua)
@@ -10,5 +12,7 @@
 -- lease had expired or been taken, or `owner` was only queued.
 
 --- @include common.lua
+
+HELD = KEYS[8]
 
 return release_owner(ARGV[1], tonumber(ARGV[2]))
