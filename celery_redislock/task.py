@@ -270,7 +270,10 @@ class GuardedTask(Task):  # type: ignore[misc]
         )
 
     def retry(self, *args: Any, throw: bool = True, **kwargs: Any) -> Any:
-        """``Task.retry``, releasing the lease *before* the retry is published.
+        """``Task.retry``, releasing the lease *before* the retry is published,
+        except under a policy whose retry keeps the key's turn (``keep_latest``:
+        the retry is stored ahead of the key's waiting work, and the lease is
+        given back when the run ends).
 
         With ``throw=False`` the body goes on running, so the lease is kept;
         the retried run finds it held by its own task id and requeues itself
@@ -278,7 +281,9 @@ class GuardedTask(Task):  # type: ignore[misc]
         """
         request = self.request
         lease_set = getattr(request, "redislock", None)
-        if throw and lease_set is not None and not request.called_directly:
+        keeps_turn = getattr(getattr(request, "redislock_policy", None), "retry_keeps_its_turn",
+                             False)  # fmt: skip
+        if throw and lease_set is not None and not request.called_directly and not keeps_turn:
             self._redislock_release(request, lease_set, "retry")
         return super().retry(*args, throw=throw, **kwargs)
 

@@ -8,12 +8,15 @@ or stored in the park and not published (``PARKED``; with ``keep_latest``
 it takes the place of the task parked before it, which ends ``SUPERSEDED``),
 or refused with :class:`ParkFull`.  A publish that fails after a reservation gives the
 reservation back, so its slot is not held for a message that never left.
+``retry_at_head`` stores a running run's retry ahead of its key's park instead
+(``keep_latest``: the pending call starts after the run's retries).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -27,10 +30,12 @@ from ..core.rate import NO_RATE, RateTerms
 from ..leases import script_limit
 from ..options import HEADER_PARK_TOKEN
 from ..settings import client_for
-from .message import envelope_of_publish, expires_in, json_dumps
+from .message import envelope_of_publish, eta_in, expires_in, json_dumps
 from .states import announce_parked, announce_superseded, raise_if_bounded
 
-__all__ = ["apply_async"]
+__all__ = ["apply_async", "retry_at_head"]
+
+log = logging.getLogger("celery_redislock")
 
 
 @dataclass
@@ -41,6 +46,8 @@ class _Call:
     limit: int
     rate: RateTerms
     park: Mapping[str, Any]  #: changes to the app's ParkConfig for this call
+    retry: bool = False  #: a retry of the running run: stored at the head
+    token: str = ""  #: with retry_in: the promotion token the run was claimed with
 
 
 NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
@@ -56,6 +63,26 @@ def apply_async(
     ``park``: changes to the app's :class:`ParkConfig` (``keep_latest``, ``debounce``)."""
     _install_sender(task.app)
     reset = _CALL.set(_Call(task, name, task_id, script_limit(task, limit), rate, park))
+    try:
+        return send()
+    finally:
+        _CALL.reset(reset)
+
+
+def retry_at_head(
+    task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any], rate: RateTerms,
+    token: str,
+) -> Any:  # fmt: skip
+    """Run ``send`` (the ``apply_async`` of ``self.retry``) so that the retry's
+    message is stored ahead of everything parked for ``name`` and not published,
+    and the key is paused until the message's ``eta`` (the retry's countdown):
+    when the running run releases, nothing of the key starts before the retry,
+    which is promoted when the pause ends.  ``token``: the promotion token the
+    run was claimed with ("": none), made stale so that a redelivered copy
+    never runs."""
+    _install_sender(task.app)
+    call = _Call(task, name, task_id, script_limit(task, limit), rate, NO_CHANGES, True, token)
+    reset = _CALL.set(call)
     try:
         return send()
     finally:
@@ -99,6 +126,9 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
     not published (parked, or already parked or in flight)."""
     task = call.task
     client, settings = client_for(task.app)
+    if call.retry:
+        _park_retry(call, envelope)
+        return None
     config = replace(settings.park, **call.park)
     admission = Parking(client, settings.prefix, call.name).enqueue(
         call.task_id, call.limit, json_dumps(envelope),
@@ -111,3 +141,17 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
         announce_parked(task, call.task_id, call.name, "enqueue", admission, config)
         announce_superseded(task, admission.replaced, call.task_id, call.name, "enqueue")
     return None
+
+
+def _park_retry(call: _Call, envelope: dict[str, Any]) -> None:
+    task, headers = call.task, envelope["headers"]
+    client, settings = client_for(task.app)
+    admission = Parking(client, settings.prefix, call.name).park_at_head(
+        call.task_id, call.limit, json_dumps(envelope), expires_in(headers, task.app),
+        eta_in(headers, task.app), task.name, call.rate, call.token,
+    )  # fmt: skip
+    if admission.verdict is Verdict.PARKED:
+        announce_parked(task, call.task_id, call.name, "retry", admission)
+    else:  # a copy of this task is parked or in flight already: it is the one that runs
+        log.info("%s[%s] retry not stored: a copy of it is already %s", task.name, call.task_id,
+                 admission.reason)  # fmt: skip

@@ -55,10 +55,19 @@ def expires_in(headers: Mapping[str, Any], app: Any) -> float:
     expires = headers.get("expires")
     if not expires:
         return 0.0
+    return max(_seconds_until(expires, app), 0.001)
+
+
+def eta_in(headers: Mapping[str, Any], app: Any) -> float:
+    """Seconds until the message's ``eta`` header (0: none, or past)."""
+    eta = headers.get("eta")
+    return max(_seconds_until(eta, app), 0.0) if eta else 0.0
+
+
+def _seconds_until(when: Any, app: Any) -> float:
     from celery.utils.time import maybe_iso8601, maybe_make_aware
 
-    when = maybe_make_aware(maybe_iso8601(expires))
-    return max(float((when - app.now()).total_seconds()), 0.001)
+    return float((maybe_make_aware(maybe_iso8601(when)) - app.now()).total_seconds())
 
 
 _CALL_OPTIONS = {

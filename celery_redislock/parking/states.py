@@ -83,12 +83,19 @@ def announce_parked(
     task: Any, task_id: str, name: str, where: str, admission: Admission,
     config: ParkConfig | None = None,
 ) -> None:  # fmt: skip
-    """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive);
-    for a task parked for its rate (or a pause) also ``lock_rate_limited``.
-    ``config``: the park settings of the call (a debounced call says so)."""
+    """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive /
+    pause / retry); for a task parked for its rate (or a pause) also
+    ``lock_rate_limited``.  ``config``: the park settings of the call (a
+    debounced call says so)."""
     count, wait = admission.count, admission.wait
     meta: dict[str, Any] = {"lock": name, "where": where}
-    if config is not None and config.debounce > 0:
+    if where == "retry":  # a run's own retry, ahead of the park (parking/enqueue.py)
+        meta["eligible_in"], wait = wait, 0.0
+        log.info(
+            "%s[%s] parked (retry): runs again in %.3f s, before the %d other task(s) "
+            "parked for %r", task.name, task_id, meta["eligible_in"], count - 1, name,
+        )  # fmt: skip
+    elif config is not None and config.debounce > 0:
         bound = f", at the latest {config.debounce_max:g} s after the first" if (
             config.debounce_max > 0) else ""  # fmt: skip
         log.info(

@@ -121,6 +121,12 @@ class Policy:
     """
 
     name: ClassVar[str]
+    #: Whether a run's own ``self.retry()`` keeps the key's turn: the run holds
+    #: its lease while the retry is published (``publish`` stores it ahead of
+    #: the key's waiting work) and gives it back when the run ends.  Otherwise
+    #: the run gives its lease back first, so a retry without a countdown does
+    #: not find its own run still holding the key.
+    retry_keeps_its_turn: ClassVar[bool] = False
 
     def acquire(self, ctx: Context) -> bool:
         """Run phase: whether this run now holds ``ctx.lease_set`` (and its

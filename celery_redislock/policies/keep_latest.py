@@ -15,6 +15,13 @@ promoted no sooner than S seconds after the newest call of its key, and (with
 burst, once a slot is free: calls within S of each other coalesce into one
 run with the last call's arguments.
 
+A run's own retry (``self.retry``) keeps its place: its message is stored
+ahead of the key's park instead of being published, and the key is paused
+for the retry's countdown, so the pending call starts after the run's
+retries, and an older retry never takes the place of a newer call.  A newer
+call parks behind the retry (with ``lock_supersede`` it takes the retry out:
+the retry ends ``SUPERSEDED``).
+
 Guaranteed: every call is followed by a run of its key that *started after
 the call was made* (its own, or a newer call's that took its place), unless
 that newer call is revoked or expires.  A promoted run (its message already
@@ -28,6 +35,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..options import HEADER_PARK_TOKEN, header
+from ..parking.enqueue import retry_at_head
+from .base import Context
 from .park import Park
 
 __all__ = ["KeepLatest"]
@@ -37,8 +47,26 @@ class KeepLatest(Park):
     """Parks a contended task as its key's single pending run (see the module docstring)."""
 
     name = "keep_latest"
+    retry_keeps_its_turn = True
 
     def park_settings(self, task: Any) -> Mapping[str, Any]:
         return {"keep_latest": True, "debounce": float(task.lock_debounce or 0),
                 "debounce_max": float(task.lock_debounce_max or 0),
                 "supersede": bool(task.lock_supersede)}  # fmt: skip
+
+    def publish(self, ctx: Context) -> Any:
+        task, request = ctx.task, ctx.task.request
+        lease_set = getattr(request, "redislock", None)
+        own_retry = (
+            request.id == ctx.task_id and lease_set is not None and lease_set.name == ctx.name
+            and getattr(request, "redislock_policy", None) is self
+            and not request.is_eager and not task.app.conf.task_always_eager
+        )  # fmt: skip
+        if not own_retry:
+            return super().publish(ctx)
+        token = header(request, HEADER_PARK_TOKEN)
+        return retry_at_head(
+            task, ctx.name, ctx.task_id, task.redislock_limit(ctx.args, ctx.kwargs),
+            ctx.need_send(), task.redislock_rate(ctx.args, ctx.kwargs),
+            "" if token is None else str(token),
+        )  # fmt: skip

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from celery_redislock import PARKED, SUPERSEDED, FencedResource
+from celery_redislock.core.park import Parking
 from celery_redislock.settings import client_for
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import worker_factory
@@ -294,3 +295,54 @@ def test_a_superseded_run_that_goes_on_is_refused_by_the_guarded_resource(
     assert starts[2] > end_first  # runs never overlap
     store = FencedResource(app.recorder.client, f"{app.conf.redislock_prefix}:{{sup:{key}}}:data")
     assert store.client.hget(store.key, "value") == b"2"
+
+
+def _parked_at_head(app: Any, config: dict[str, str], key: str, task_id: str) -> bool:
+    client = client_for(app)[0]
+    status = Parking(client, config["prefix"], f"lretry:{key}").status(5)
+    return bool(status.entries) and status.entries[0]["task_id"] == task_id
+
+
+def test_the_pending_call_starts_after_the_running_runs_retries(
+    app: Any, worker: Any, config: dict[str, str]
+) -> None:
+    """A run retries (countdown 3 s) while a newer call waits: the retry waits
+    ahead of the park, a still newer call replaces the waiting call and not the
+    retry, and the retry runs before it."""
+    key = uuid.uuid4().hex[:8]
+    task = app.tasks["basic.keep_latest_retrying"]
+    first = task.delay(key, 0, 3.0)
+    wait_for(lambda: runs(app, key, "keep_latest_retrying"), 60, message="the first run")
+    waiting = task.delay(key, 1)
+    assert waiting.state == PARKED
+    open_gate(app, config, key)  # the run retries
+    wait_for(lambda: _parked_at_head(app, config, key, first.id), 30,
+             message="the retry stored ahead of the park")  # fmt: skip
+    newer = task.delay(key, 2)
+    assert newer.get(timeout=60) == 2 and first.get(timeout=60) == 0
+    assert waiting.state == SUPERSEDED and waiting.info["superseded_by"] == newer.id
+    started = runs(app, key, "keep_latest_retrying")
+    assert [(e["value"], e["retries"]) for e in started] == [(0, 0), (0, 1), (2, 0)]
+    ends = [e for e in app.recorder.events("keep_latest_retrying", key) if e["what"] == "end"]
+    assert started[2]["t"] > ends[0]["t"]  # the newer call started after the retry ended
+    parked = [s for s in app.recorder.signals() if s["signal"] == "redislock_parked"
+              and s["name"] == f"lretry:{key}" and s["where"] == "retry"]  # fmt: skip
+    assert [s["task_id"] for s in parked] == [first.id]
+
+
+def test_a_run_killed_just_after_storing_its_retry_still_retries_first(
+    app: Any, worker: Any, config: dict[str, str]
+) -> None:
+    """The pool child SIGKILLs itself between storing its retry and giving its
+    lock back: the main process releases the lock, the retry runs once after its
+    countdown, then the waiting call; nothing runs twice and no state is FAILURE."""
+    key = uuid.uuid4().hex[:8]
+    task = app.tasks["basic.keep_latest_retrying"]
+    first = task.delay(key, 0, 0.5, True)
+    wait_for(lambda: runs(app, key, "keep_latest_retrying"), 60, message="the first run")
+    waiting = task.delay(key, 1)
+    open_gate(app, config, key)
+    assert waiting.get(timeout=90) == 1 and first.get(timeout=60) == 0
+    started = runs(app, key, "keep_latest_retrying")
+    assert [(e["value"], e["retries"]) for e in started] == [(0, 0), (0, 1), (1, 0)]
+    assert first.state == "SUCCESS"

@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 from celery import Celery
-from celery.exceptions import Ignore, Reject
+from celery.exceptions import Ignore, Reject, Retry
 from kombu import Exchange, Queue
 
 from celery_redislock import FencedResource, LockedTask, RateLimitedTask, SemaphoreTask, signals
@@ -176,6 +176,31 @@ def create_app(config: dict[str, str]) -> Celery:
     def keep_latest(self: Any, key: Any, value: int, duration: float = 0.2,
                     gate: bool = False) -> Any:  # fmt: skip
         return body(self, key, duration, gate, value=value)
+
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.keep_latest_retrying",
+        lock_key="lretry:{key}", lock_policy="keep_latest", max_retries=1,
+    )  # fmt: skip
+    def keep_latest_retrying(self: Any, key: Any, value: int, retry_in: float = -1.0,
+                             die: bool = False) -> Any:  # fmt: skip
+        """With ``retry_in`` >= 0 its first run waits for the gate, then retries
+        with that countdown; with ``die`` its process SIGKILLs itself just after
+        the retry is stored (before the run gives its lock back)."""
+        lease = self.request.redislock
+        rec.event(self, key, "start", value=value, retries=self.request.retries,
+                  token=lease.token)  # fmt: skip
+        if retry_in >= 0 and self.request.retries == 0:
+            deadline = time.monotonic() + 60
+            while not rec.client.exists(f"{prefix}:gate:{key}") and time.monotonic() < deadline:
+                time.sleep(0.02)
+            try:
+                raise self.retry(countdown=retry_in)
+            except Retry:
+                if die:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise
+        rec.event(self, key, "end", value=value)
+        return value
 
     @app.task(
         shared=False,

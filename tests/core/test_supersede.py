@@ -12,6 +12,7 @@ import pytest
 from celery_redislock import FencedResource, RedisLock, Superseded
 from celery_redislock.core.heartbeat import refresh_leases
 from celery_redislock.core.park import ParkConfig, Parking
+from celery_redislock.core.rate import NO_RATE
 
 SUPERSEDE = ParkConfig(keep_latest=True, supersede=True)
 
@@ -54,3 +55,26 @@ def test_without_supersede_nothing_is_marked(redis_client: Any, prefix: str) -> 
 def test_a_guard_on_a_cluster_needs_the_locks_slot(redis_client: Any, prefix: str) -> None:
     with pytest.raises(TypeError, match="guard must be a RedisLock"):
         FencedResource(redis_client, "k", guard="lock")
+
+
+@pytest.mark.parametrize("supersede", [False, True])
+def test_a_run_put_back_at_the_head_is_replaced_only_by_a_superseding_call(
+    redis_client: Any, prefix: str, supersede: bool
+) -> None:
+    """keep_latest: a newer call takes out the pending call, never the run put
+    back at the head (a retry or a pause of the running run), unless it supersedes."""
+    lock = RedisLock(redis_client, "head", prefix=prefix, ttl=5)
+    assert lock.acquire()
+    park = Parking(redis_client, prefix, "head")
+    config = ParkConfig(keep_latest=True, supersede=supersede)
+    assert park.enqueue("pending", -1, "{}", 0, config, "t").count == 1
+    retried = park.park_at_head("running", -1, "{}", 0, 5.0, "t", NO_RATE)
+    assert retried.count == 2  # ahead of the pending call
+    newer = park.enqueue("newer", -1, "{}", 0, config, "t")
+    if supersede:
+        assert (sorted(newer.replaced), newer.count) == (["pending", "running"], 1)
+        assert [e["task_id"] for e in park.status(5).entries] == ["newer"]
+    else:
+        assert (newer.replaced, newer.count) == (("pending",), 2)
+        assert [e["task_id"] for e in park.status(5).entries] == ["running", "newer"]
+    lock.release()

@@ -15,7 +15,10 @@
 --                     and for a debounced name (park_enqueue.lua ARGV[20]):
 --                     hold = Redis time (ms) before which its parked run is
 --                     not promoted, dfirst = when the first call of the
---                     burst was parked}
+--                     burst was parked; head = the task a "head" mode of
+--                     park_enqueue.lua put back ahead of the park: a run
+--                     that paused or retries, which a keep_latest call does
+--                     not replace unless it supersedes}
 --   KEYS[12] tokens   ZSET  the fate of promotion tokens no longer in flight,
 --                     member "s|<task id>|<token>" (stale: superseded, that
 --                     copy never runs: a reservation that went overdue and

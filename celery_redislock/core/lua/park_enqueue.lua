@@ -27,8 +27,10 @@
 --                      message (redelivered after a crash) never runs
 -- ARGV[19] replace     modes "enqueue", "arrive": "1" keeps the latest only
 --                      (lock_policy keep_latest): a task that parks takes out
---                      every task parked before it, so the name holds at most
---                      one parked task (and the park bounds never refuse it)
+--                      every task parked before it but the run put back at
+--                      the head (PMETA head: a pause or a retry of the running
+--                      run; taken out too with ARGV[22]), so the name holds at
+--                      most one parked call (and the park bounds never refuse it)
 -- ARGV[20] debounce_ms modes "enqueue", "arrive" (> 0: lock_debounce, with
 --                      ARGV[19]): the task always parks, and is promoted no
 --                      sooner than debounce_ms after this call (PMETA hold)
@@ -88,6 +90,7 @@ if mode == 'head' then
   local first = redis.call('ZRANGE', PARK, 0, 0, 'WITHSCORES')
   entry.seq = first[2] and tonumber(first[2]) - 1 or redis.call('HINCRBY', PMETA, 'seq', 1)
   park(id, entry)
+  redis.call('HSET', PMETA, 'head', id)
   return {'parked', n_parked + 1, pause_ms, next_due(limit)}
 end
 local state = holder_state()
@@ -106,11 +109,16 @@ if mode == 'try' then
 elseif not (slot and rate_ok) then
   local replaced = {}
   if ARGV[19] == '1' then
-    replaced = redis.call('ZRANGE', PARK, 0, -1)
-    for _, older in ipairs(replaced) do unpark(older) end
-    n_parked = 0
+    local head = ARGV[22] ~= '1' and redis.call('HGET', PMETA, 'head')
+    for _, older in ipairs(redis.call('ZRANGE', PARK, 0, -1)) do
+      if older ~= head then
+        unpark(older)
+        replaced[#replaced + 1] = older
+      end
+    end
+    n_parked = n_parked - #replaced
   end
-  if max_parked > 0 and n_parked >= max_parked then
+  if max_parked > 0 and n_parked >= max_parked and ARGV[19] ~= '1' then
     return {'bounded', n_parked, next_due(limit)}
   end
   if max_total > 0 and TOTAL then
