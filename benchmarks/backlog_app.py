@@ -2,9 +2,10 @@
 
 One task per contention policy, all ``SemaphoreTask`` with limit 5 on
 ``backlog:{run}:{account}``, and two plain tasks as controls: ``control``
-(no lock; the benchmark runs it on a ``-c 5`` worker) and ``relay`` (no lock;
+(no lock; the benchmark runs it on a ``-c 5`` worker), ``relay`` (no lock;
 each heavy task publishes the next heavy one when its body ends, as ``park``
-promotes on release).  Configured from the environment
+promotes on release) and ``parkfloor`` (the least a park can do: see
+``FLOOR_ENQUEUE``).  Configured from the environment
 (``BENCH_REDIS_URL``: broker and lock Redis; ``BENCH_EVENTS_DIR``: where each
 process appends its events; ``BENCH_READY_FILE``).
 
@@ -18,6 +19,7 @@ counter (the benchmark subtracts it).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -96,6 +98,54 @@ def relay(run: str, account: str, seq: int, sent: float) -> None:
             relay.apply_async((run, account, following, sent), queue=f"backlog-{run}")
 
 
-TASKS.update(control=control, relay=relay)
+# The least a park can do, as a floor for its Redis cost: a counter of running
+# tasks and a list of waiting ones per account, one tiny script at publish and
+# one at the end of a task, nothing else (no lease, TTL, token, Redis TIME,
+# index or crash safety: a worker that dies loses its slot and its waiting
+# tasks for good).  Not something to deploy; what any park pays at least.
+FLOOR_ENQUEUE = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then
+  redis.call('INCR', KEYS[1])
+  return 1
+end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return 0
+"""
+FLOOR_RELEASE = """
+local waiting = redis.call('LPOP', KEYS[2])
+if waiting then return waiting end
+redis.call('DECR', KEYS[1])
+return false
+"""
+
+
+def _floor_keys(run: str, account: str) -> list[str]:
+    return [f"parkfloor:{{{run}:{account}}}:n", f"parkfloor:{{{run}:{account}}}:q"]
+
+
+@app.task(name="backlog.parkfloor")
+def parkfloor(run: str, account: str, seq: int, sent: float) -> None:
+    """The park floor control's task: its end publishes the account's next waiting task."""
+    _body(run, account, seq, sent)
+    following = _redis().eval(FLOOR_RELEASE, 2, *_floor_keys(run, account))
+    if following:
+        args, queue = json.loads(following)
+        parkfloor.apply_async(args, queue=queue)
+
+
+class _ParkFloorSender:
+    """``apply_async`` of the park floor control: publish if the account has a
+    free slot, else push the call on its list."""
+
+    name = parkfloor.name
+
+    def apply_async(self, args: Any, queue: str, producer: Any = None) -> None:
+        run, account = args[0], args[1]
+        payload = json.dumps([list(args), queue])
+        if _redis().eval(FLOOR_ENQUEUE, 2, *_floor_keys(run, account), LIMIT, payload):
+            parkfloor.apply_async(args, queue=queue, producer=producer)
+
+
+TASKS.update(control=control, relay=relay, parkfloor=_ParkFloorSender())
 
 task_events.record_retries_and_etas(URL)

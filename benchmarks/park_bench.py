@@ -47,8 +47,9 @@ TASK_SECONDS = 0.02
 POLICIES = ("retry", "wait", "park")
 # Plain tasks that show this machine's floor (see backlog_app): ``control`` is
 # five processes draining a FIFO queue, ``relay`` publishes one task per
-# completion.  Their concurrency and FIFO figures bound what any lock can reach.
-CONTROLS = ("control", "relay")
+# completion, ``parkfloor`` is the least a park can do (its Redis cost floor).
+# Their concurrency and FIFO figures bound what any lock can reach.
+CONTROLS = ("control", "relay", "parkfloor")
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,12 @@ class BacklogParams:
     policies: tuple[str, ...] = CONTROLS + POLICIES
     # Give up on a policy after this many times the ideal span (plus a minute).
     give_up_factor: float = 15.0
+    # How long the idle worker's Redis commands are counted.
+    idle_seconds: float = 5.0
 
 
-QUICK = BacklogParams(sizes=(300,))
-TINY = BacklogParams(sizes=(30,), light_accounts=2, light_jobs=3, concurrency=2)
+QUICK = BacklogParams(sizes=(300,), idle_seconds=2.0)
+TINY = BacklogParams(sizes=(30,), light_accounts=2, light_jobs=3, concurrency=2, idle_seconds=0.5)
 
 
 # -- the worker ---------------------------------------------------------------------
@@ -140,7 +143,14 @@ def run_policy(
         worker.wait_ready()
         time.sleep(1.0)  # children settle
         result["idle_rss_mb"] = worker.rss() / 2**20
+        # What the idle worker asks of Redis (its sweeper, kombu's BRPOP, ...).
         common.reset_stats(admin)
+        idle0 = time.monotonic()
+        time.sleep(params.idle_seconds)
+        idle_calls = common.command_calls(admin)
+        result["idle_cmds_per_s"] = sum(idle_calls.values()) / (time.monotonic() - idle0)
+        common.reset_stats(admin)
+        cpu0 = common.server_cpu(admin)
         mem0 = int(admin.info("memory")["used_memory"])
         sampler.start()
         t0 = time.monotonic()
@@ -156,7 +166,7 @@ def run_policy(
         result["enqueue_s"] = time.monotonic() - t0
         result["heavy_in_broker"] = int(admin.llen(queue))
         mem1 = int(admin.info("memory")["used_memory"])
-        waiting = n - result["heavy_in_broker"] if policy in ("park", "relay") else n
+        waiting = n - result["heavy_in_broker"] if policy in ("park", "relay", "parkfloor") else n
         result["waiting_tasks"] = waiting
         result["redis_bytes_per_waiting_task"] = (mem1 - mem0) / max(waiting, 1)
         backlog_app.app.control.add_consumer(
@@ -174,8 +184,10 @@ def run_policy(
         except TimeoutError as exc:
             result["incomplete"] = f"{exc}: {int(admin.get(done_key) or 0)} done"
         sampler.stop()
+        cpu = common.server_cpu(admin) - cpu0
         calls = common.command_calls(admin)
         done = int(admin.get(done_key) or 0)
+        result["redis_cpu_us_per_task"] = cpu * 1e6 / max(done, 1)
         calls["incr"] = calls.get("incr", 0) - done
         calls["llen"] = calls.get("llen", 0) - sampler.llen_calls - 1
         result["redis_cmds_per_task"] = sum(calls.values()) / max(done, 1)
@@ -280,14 +292,19 @@ def section(r: dict[str, Any]) -> str:
         "Controls (plain tasks, no lock): `control` is five processes (`-c 5`) draining "
         "the whole backlog from the broker, `relay` publishes the next heavy task when one "
         "ends (as `park` promotes on release), from five seeded ones. They are this "
-        "machine's floor for heavy concurrency and FIFO order. "
+        "machine's floor for heavy concurrency and FIFO order. `parkfloor` is the least a "
+        "park can do (a counter and a list per account, one tiny script at publish and "
+        "one at the end; no lease, TTL, token or crash safety): the floor of a park's "
+        "Redis cost. "
         "Redis memory: "
         "`used_memory` delta per waiting task (parked under `park`, a broker message "
-        "otherwise). Commands: `INFO commandstats` per task, broker traffic included.\n",
+        "otherwise). Commands: `INFO commandstats` per task, broker traffic included; "
+        "CPU: the server's `used_cpu_user + used_cpu_sys` per task; idle: commands a "
+        "second of the worker before its queue had work.\n",
         "| N | policy | heavy conc. (of 5) | heavy span (ideal) | light p50 / p99 | requeues "
         "| ETA msgs | FIFO inv. | RSS peak / idle | broker heavy / max queue "
-        "| Redis cmds/task | Redis B / waiting task |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Redis cmds/task | Redis CPU/task | idle cmds/s | Redis B / waiting task |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in r["runs"]:
         span = row.get("heavy_span_s")
@@ -302,8 +319,11 @@ def section(r: dict[str, Any]) -> str:
             f"| {row['peak_rss_mb']:.0f} / {row['idle_rss_mb']:.0f} MB "
             f"| {row['heavy_in_broker']} / {row['max_queue']} "
             f"| {row['redis_cmds_per_task']:.1f} "
+            f"| {_f(row.get('redis_cpu_us_per_task'), '.0f')} us "
+            f"| {_f(row.get('idle_cmds_per_s'), '.1f')} "
             f"| {row['redis_bytes_per_waiting_task']:.0f} |"
         )
+    lines += _against_relay(r["runs"])
     parks = [row for row in r["runs"] if "targets" in row]
     if parks:
         names = list(parks[0]["targets"])
@@ -314,6 +334,30 @@ def section(r: dict[str, Any]) -> str:
             cells = " | ".join("yes" if row["targets"][name] else "**NO**" for row in parks)
             lines.append(f"| {name} | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def _against_relay(runs: list[dict[str, Any]]) -> list[str]:
+    """Each policy's Redis commands and CPU per task as multiples of the relay's
+    at the same N (issue 23's targets for ``park``: <= 2 x and <= 1.5 x)."""
+    relay = {row["n"]: row for row in runs if row["policy"] == "relay"}
+    rows = [row for row in runs if row["policy"] in ("parkfloor", *POLICIES) and row["n"] in relay]
+    if not rows:
+        return []
+    lines = ["", "Redis work per task against the relay (same run; `park` targets: "
+             "commands <= 2 x, CPU <= 1.5 x, heavy concurrency >= 0.95 x):", "",
+             "| N | policy | commands | CPU | heavy concurrency |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for row in rows:
+        base = relay[row["n"]]
+
+        def ratio(field: str, row: dict[str, Any] = row, base: dict[str, Any] = base) -> str:
+            a, b = row.get(field), base.get(field)
+            return f"{a / b:.2f} x" if a and b else "-"
+
+        lines.append(f"| {row['n']} | `{row['policy']}` | {ratio('redis_cmds_per_task')} "
+                     f"| {ratio('redis_cpu_us_per_task')} "
+                     f"| {ratio('heavy_mean_concurrency')} |")  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -192,12 +192,13 @@ def test_backlog_scenario_reports_every_field(server: RedisServer) -> None:
         for field in (
             "heavy_mean_concurrency", "heavy_span_s", "heavy_span_vs_ideal", "light_p50_s",
             "light_p99_s", "fifo_inversions_pct", "idle_rss_mb", "peak_rss_mb",
-            "redis_cmds_per_task", "redis_bytes_per_waiting_task",
+            "redis_cmds_per_task", "redis_bytes_per_waiting_task", "redis_cpu_us_per_task",
+            "idle_cmds_per_s",
         ):  # fmt: skip
             assert isinstance(row[field], float) and math.isfinite(row[field]), (field, row)
         assert row["heavy_mean_concurrency"] <= park_bench.LIMIT + 0.01
         assert row["max_queue"] >= row["heavy_in_broker"] >= 1
-    assert {r["policy"] for r in rows if r.get("control")} == {"control", "relay"}
+    assert {r["policy"] for r in rows if r.get("control")} == {"control", "relay", "parkfloor"}
     [park] = [r for r in rows if r["policy"] == "park"]
     # Behaviour, not speed: park publishes at most the limit and never requeues.
     assert park["heavy_in_broker"] <= park_bench.LIMIT
@@ -205,6 +206,7 @@ def test_backlog_scenario_reports_every_field(server: RedisServer) -> None:
     assert set(park["targets"]) >= {"heavy >= 0.9 x limit", "FIFO inversions <= 2 %"}
     text = park_bench.section(backlog)
     assert "Skewed backlog" in text and "`park`" in text and "Targets of `park`" in text
+    assert "against the relay" in text and "| `park` |" in text
     machine = machine_info.describe(common.client(server.url))
     assert text in report.markdown({"mode": "tiny", "machine": machine, "backlog": backlog})
 
