@@ -119,7 +119,12 @@ end
 
 -- Drop holders whose lease expired by Redis time; returns how many.
 -- (The LIMIT_FIELD bound stays valid: fewer holders can only raise the minimum.)
+-- Once per script call: NOW_MS does not move and every holder added since
+-- expires after it, so a second look would find nothing.
+local purged = false
 local function purge_expired_holders()
+  if purged then return 0 end
+  purged = true
   local dead = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', NOW_MS)
   if #dead > 0 then remove_members(HOLDERS, INFO, dead) end
   return #dead
@@ -292,8 +297,9 @@ end
 -- Give back `owner`'s slot or queue place and hand the freed slot to the
 -- next live waiter(s), each by its own limit (release.lua, and the park
 -- policy's release, which then promotes parked work in the same call).
+-- `fit_later`: the caller calls fit_holder_ttl() itself after more changes.
 -- Returns 1 if `owner` held an unexpired slot, else 0.
-local function release_owner(owner, wake_ms)
+local function release_owner(owner, wake_ms, fit_later)
   local mine = redis.call('ZSCORE', HOLDERS, owner)
   local held = 0
   if mine then
@@ -324,6 +330,6 @@ local function release_owner(owner, wake_ms)
   redis.call('DEL', WAKE .. owner)
   purge_expired_holders()
   promote(holder_state(), wake_ms)
-  fit_holder_ttl()
+  if not fit_later then fit_holder_ttl() end
   return held
 end

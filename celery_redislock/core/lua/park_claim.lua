@@ -55,9 +55,9 @@ if wait_us > MAX_START_WAIT_US then
   supersede(id, token)  -- it gets a new token when promoted again
   e.limit, e.task = limit, ARGV[8]
   park(id, e)
-  return {'parked', 0, next_due(limit)}
+  return {'parked', 0, next_due(limit, state.n, true)}
 end
 token_fate('c', id, token)
 local fencing = add_holder(state, owner, ttl_ms, limit, meta)
 fit_holder_ttl()
-return {'held', fencing, next_due(limit), wait_us}
+return {'held', fencing, next_due(limit, state.n), wait_us}

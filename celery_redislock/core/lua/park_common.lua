@@ -171,6 +171,11 @@ local function unpark(id)
   redis.call('HDEL', PARKED, id)
 end
 
+-- The earliest deadline in INFLIGHT as known in this script call: nil
+-- unknown, false none (set by reclaim_overdue(), kept by reserve(), forgotten
+-- by unreserve()); next_due() reads the hash only when it is unknown.
+local inflight_first
+
 -- Reserve a slot for task `id` (entry `e`, which counts this publish) until
 -- NOW + deadline_ms, as a holder entry with the task's own limit e.limit (the
 -- caller checked admissible(state, limit_of(e.limit)), see common.lua); returns the
@@ -178,9 +183,12 @@ end
 local function reserve(state, id, e, deadline_ms)
   local meta = cjson.encode({reserved = true, task_id = id})
   local token = add_holder(state, rsv(id), deadline_ms, e.limit, meta)
+  local deadline = NOW_MS + deadline_ms
   e.publishes = e.publishes + 1
-  redis.call('HSET', INFLIGHT, id,
-    string.format('%d|%d|', token, NOW_MS + deadline_ms) .. entry_string(e))
+  redis.call('HSET', INFLIGHT, id, string.format('%d|%d|', token, deadline) .. entry_string(e))
+  if inflight_first ~= nil then
+    inflight_first = inflight_first and math.min(inflight_first, deadline) or deadline
+  end
   return token
 end
 
@@ -199,6 +207,7 @@ local function unreserve(id)
   redis.call('ZREM', HOLDERS, rsv(id))
   redis.call('HDEL', INFO, rsv(id))
   redis.call('HDEL', INFLIGHT, id)
+  inflight_first = nil
 end
 
 -- Record the fate of the copies of `id` carrying `token` (see TOKENS):
@@ -232,9 +241,14 @@ end
 -- park list (their original sequence number), so they are re-published with a
 -- new token; the old token is remembered as stale, so a copy of the old
 -- message that the broker gives back after the new one ran is dropped.
+-- Once per script call (NOW_MS does not move; reservations made since end
+-- after it).  Leaves inflight_first known.
+local reclaimed = false
 local function reclaim_overdue()
+  if reclaimed then return 0 end
+  reclaimed = true
   local raw = redis.call('HGETALL', INFLIGHT)
-  local n = 0
+  local n, first = 0, false
   for i = 1, #raw, 2 do
     local e = read_inflight(raw[i + 1])
     if e.deadline_ms <= NOW_MS then
@@ -242,20 +256,26 @@ local function reclaim_overdue()
       supersede(raw[i], e.token)
       park(raw[i], e)
       n = n + 1
+    elseif not first or e.deadline_ms < first then
+      first = e.deadline_ms
     end
   end
+  inflight_first = first
   return n
 end
 
 -- When the sweeper should look at this name next (ms, Redis time), or -1:
 -- now if work is parked and a slot is free; else the earliest holder expiry
 -- (a holder that dies frees its slot then) or in-flight deadline.
-local function next_due(raw_limit)
+-- `n_holders` (the holder count) and `parked` (whether anything is parked)
+-- when the caller knows them, else nil: read here.
+local function next_due(raw_limit, n_holders, parked)
   local limit = limit_of(raw_limit)
   local due = -1
   local function at(ms) if due < 0 or ms < due then due = ms end end
-  if redis.call('ZCARD', PARK) > 0 then
-    if redis.call('ZCARD', HOLDERS) < limit then
+  if parked == nil then parked = redis.call('ZCARD', PARK) > 0 end
+  if parked then
+    if (n_holders or redis.call('ZCARD', HOLDERS)) < limit then
       -- A slot is free: due now, unless the head waits for its rate or a pause.
       local head = redis.call('ZRANGE', PARK, 0, 0)[1]
       local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true)
@@ -265,8 +285,12 @@ local function next_due(raw_limit)
       if first[2] then at(tonumber(first[2])) else at(NOW_MS) end
     end
   end
-  for _, entry in ipairs(redis.call('HVALS', INFLIGHT)) do
-    at(tonumber(split(entry, 3)[2]))
+  if inflight_first == nil then
+    for _, entry in ipairs(redis.call('HVALS', INFLIGHT)) do
+      at(tonumber(split(entry, 3)[2]))
+    end
+  elseif inflight_first then
+    at(inflight_first)
   end
   -- due < 0 exactly when nothing is parked or in flight
   if due < 0 then
@@ -300,14 +324,16 @@ end
 -- them (no worker consumes their queue or knows their task name; 0: no
 -- bound).  Appends kind, id, token, envelope per task to `out` (kind "p":
 -- publish the envelope with this token now; "x": expired, token 0; "u":
--- unclaimed, token = how often it was published).
+-- unclaimed, token = how often it was published).  Returns the holder state
+-- after it, and whether a task is left parked (nil: not known).
 local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
   purge_expired_holders()
   reclaim_overdue()
   local state = holder_state()
-  local done = 0
+  local done, parked = 0, nil
   while done < max do
     local head = redis.call('ZRANGE', PARK, 0, 0)[1]
+    parked = head ~= nil
     if not head then break end
     local e = read_entry(redis.call('HGET', PARKED, head))
     local own = own_limit(e.limit, e.task, limit, task or '')
@@ -329,6 +355,8 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
     end
     for _, v in ipairs(reply) do out[#out + 1] = v end
     done = done + 1
+    parked = nil  -- the head was taken: whether another is left is not known
   end
   fit_holder_ttl()
+  return state, parked
 end

@@ -91,7 +91,7 @@ if mode == 'head' then
   entry.seq = first[2] and tonumber(first[2]) - 1 or redis.call('HINCRBY', PMETA, 'seq', 1)
   park(id, entry)
   redis.call('HSET', PMETA, 'head', id)
-  return {'parked', n_parked + 1, pause_ms, next_due(limit)}
+  return {'parked', n_parked + 1, pause_ms, next_due(limit, nil, true)}
 end
 local state = holder_state()
 local slot = debounce_ms == 0 and n_parked == 0 and admissible(state, limit_of(limit))
@@ -104,8 +104,10 @@ if rate_ok and mode ~= 'enqueue' then
 end
 
 if mode == 'try' then
-  if not slot then return {'full', 0, next_due(limit)} end
-  if not rate_ok then return {'rate', math.ceil(wait_us / 1000), next_due(limit)} end
+  if not slot then return {'full', 0, next_due(limit, state.n, n_parked > 0)} end
+  if not rate_ok then
+    return {'rate', math.ceil(wait_us / 1000), next_due(limit, state.n, n_parked > 0)}
+  end
 elseif not (slot and rate_ok) then
   local replaced = {}
   if ARGV[19] == '1' then
@@ -139,15 +141,15 @@ elseif not (slot and rate_ok) then
   end
   local rate_wait_ms = 0
   if slot then rate_wait_ms = math.ceil(wait_us / 1000) end
-  return {'parked', n_parked + 1, rate_wait_ms, replaced, next_due(limit)}
+  return {'parked', n_parked + 1, rate_wait_ms, replaced, next_due(limit, state.n, true)}
 end
 
 rate_admits(entry, true)  -- admitted just above: takes the units with the slot
 if mode == 'enqueue' then
   local token = reserve(state, id, entry, deadline_ms)
   fit_holder_ttl()
-  return {'reserved', token, next_due(limit)}
+  return {'reserved', token, next_due(limit, state.n, false)}
 end
 local token = add_holder(state, ARGV[9], tonumber(ARGV[10]), limit, ARGV[11])
 fit_holder_ttl()
-return {'held', token, next_due(limit), start_us}
+return {'held', token, next_due(limit, state.n, false), start_us}

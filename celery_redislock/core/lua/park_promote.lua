@@ -20,6 +20,7 @@
 
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}
-promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5], tonumber(ARGV[6]))
-out[1] = next_due(limit)
+local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
+  tonumber(ARGV[6]))
+out[1] = next_due(limit, state.n, parked)
 return out

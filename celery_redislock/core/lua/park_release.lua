@@ -18,14 +18,18 @@
 
 --- @include park_common.lua
 
-local held = release_owner(ARGV[2], tonumber(ARGV[3]))
-if redis.call('EXISTS', PARK, INFLIGHT) == 0 then
+local pending = redis.call('EXISTS', PARK, INFLIGHT) > 0
+-- With work pending, promote_parked() fits the holder keys' TTLs once, after
+-- its own changes.
+local held = release_owner(ARGV[2], tonumber(ARGV[3]), pending)
+if not pending then
   -- Nothing parked or in flight: the previous script already left no index
   -- entry and no PMETA (see next_due()), so there is nothing to update.
   return {-1, held}
 end
 local limit = stored_limit(tonumber(ARGV[4]))
 local out = {0, held}
-promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7], tonumber(ARGV[8]))
-out[1] = next_due(limit)
+local state, parked = promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7],
+  tonumber(ARGV[8]))
+out[1] = next_due(limit, state.n, parked)
 return out
