@@ -26,8 +26,9 @@ exception in a receiver is logged, never raised into the task.
                    instead of running or publishing it.  kwargs:
                    ``task_id``, ``name``, ``kind``, ``where`` (``"enqueue"``
                    in the caller, ``"arrive"`` in a worker, ``"pause"`` for a
-                   run that called ``redislock_pause``), ``parked``
-                   (park list length after it)
+                   run that called ``redislock_pause``, ``"retry"`` for a
+                   ``keep_latest`` run's own retry), ``parked`` (park list
+                   length after it)
 ``lock_dropped``   policy ``park`` gave up a parked or promoted task that never
                    ran (its final state is set: ``REVOKED``, or ``FAILURE``
                    with ``ParkUnclaimed``, or ``SUPERSEDED``).  kwargs:
