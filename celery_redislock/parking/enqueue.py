@@ -47,7 +47,7 @@ class _Call:
     rate: RateTerms
     park: Mapping[str, Any]  #: changes to the app's ParkConfig for this call
     retry: bool = False  #: a retry of the running run: stored at the head
-    token: str = ""  #: with retry_in: the promotion token the run was claimed with
+    token: str = ""  #: with retry: the promotion token the run was claimed with
 
 
 NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
