@@ -116,10 +116,38 @@ def test_every_lua_script_declares_the_helpers_it_calls() -> None:
                 assert other in resolved, f"{path.name} calls {sorted(called)} of {other}"
     assert checked >= 8
     script = scripts.PARK_CLAIM
-    assert script.source == "\n".join(
+    assert script.source == scripts.pruned("\n".join(
         (LUA / part).read_text()
         for part in ["common.lua", "rate_common.lua", "park_common.lua", "park_claim.lua"]
+    ))  # fmt: skip
+
+
+def test_pruning_drops_only_functions_nothing_names() -> None:
+    """``scripts.pruned`` removes comments and the top-level functions no code
+    refers to (also after removing others), and keeps every function a kept
+    line names: each script defines what it calls."""
+    import re
+
+    from celery_redislock.core import scripts
+
+    source = (
+        "-- header\n"
+        "local function used(a) return a end\n"
+        "local function helper(b)\n  return b -- why\nend\n"
+        "local function only_by_unused()\n  return helper(1)\nend\n"
+        "local function unused()\n  return only_by_unused()\nend\n"
+        "local s = 'a -- b'  -- kept: a quote\n"
+        "return used(2)\n"
     )
+    out = scripts.pruned(source)
+    assert "local function used" in out and "return used(2)" in out
+    assert "unused" not in out and "only_by_unused" not in out and "helper" not in out
+    assert "-- header" not in out and "-- why" not in out and "'a -- b'" in out
+    for script in (scripts.ACQUIRE, scripts.RELEASE, scripts.PARK_CLAIM, scripts.PARK_RELEASE):
+        defined = set(re.findall(r"^local function (\w+)\(", script.source, re.MULTILINE))
+        full = "\n".join((LUA / part).read_text() for part in scripts.includes(script.name))
+        for name in set(re.findall(r"^local function (\w+)\(", full, re.MULTILINE)) - defined:
+            assert not re.search(rf"(?<![\w.]){name}\(", script.source), (script.name, name)
 
 
 def test_modules_and_classes_stay_small() -> None:
