@@ -154,7 +154,13 @@ def _functions(lines: list[str]) -> list[tuple[str, int, int]]:
             continue
         last = i
         if not _ONE_LINER.search(lines[i]):
-            last = lines.index("end", i + 1)
+            ends = [k for k in range(i + 1, len(lines)) if lines[k] == "end"]
+            last = ends[0] if ends else len(lines)
+            body = lines[i + 1 : last]
+            if last == len(lines) or any(_DEFINITION.match(line) for line in body):
+                # Pruning relies on this layout; a script it cannot read fails at import.
+                raise ValueError(f"Lua function {match.group(1)}: no 'end' in the first "
+                                 "column before the next top-level function")  # fmt: skip
         found.append((match.group(1), i, last))
         i = last + 1
     return found

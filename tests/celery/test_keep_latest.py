@@ -259,7 +259,11 @@ def test_supersede_stops_a_run_at_its_checkpoint_and_the_newer_call_runs_after(
     key = uuid.uuid4().hex[:8]
     task = app.tasks["basic.superseding"]
     first = task.delay(key, 1, True, 30)
-    wait_for(lambda: runs(app, key, "superseding"), 60, message="the first run")
+
+    def first_wrote() -> bool:
+        return any(e["what"] == "write" for e in app.recorder.events("superseding", key))
+
+    wait_for(first_wrote, 60, message="the first run's first write")
     newer = task.delay(key, 2, True, 0.2)
     assert newer.get(timeout=60) == 2
     wait_for(lambda: first.state == SUPERSEDED, 30, message="the first run SUPERSEDED")
@@ -306,12 +310,12 @@ def _parked_at_head(app: Any, config: dict[str, str], key: str, task_id: str) ->
 def test_the_pending_call_starts_after_the_running_runs_retries(
     app: Any, worker: Any, config: dict[str, str]
 ) -> None:
-    """A run retries (countdown 3 s) while a newer call waits: the retry waits
+    """A run retries (countdown 5 s) while a newer call waits: the retry waits
     ahead of the park, a still newer call replaces the waiting call and not the
     retry, and the retry runs before it."""
     key = uuid.uuid4().hex[:8]
     task = app.tasks["basic.keep_latest_retrying"]
-    first = task.delay(key, 0, 3.0)
+    first = task.delay(key, 0, 5.0)
     wait_for(lambda: runs(app, key, "keep_latest_retrying"), 60, message="the first run")
     waiting = task.delay(key, 1)
     assert waiting.state == PARKED

@@ -143,6 +143,8 @@ def test_pruning_drops_only_functions_nothing_names() -> None:
     assert "local function used" in out and "return used(2)" in out
     assert "unused" not in out and "only_by_unused" not in out and "helper" not in out
     assert "-- header" not in out and "-- why" not in out and "'a -- b'" in out
+    with pytest.raises(ValueError, match="no 'end' in the first column"):
+        scripts.pruned("local function a()\n  return 1\n  end\nlocal function b()\nend\n")
     for script in (scripts.ACQUIRE, scripts.RELEASE, scripts.PARK_CLAIM, scripts.PARK_RELEASE):
         defined = set(re.findall(r"^local function (\w+)\(", script.source, re.MULTILINE))
         full = "\n".join((LUA / part).read_text() for part in scripts.includes(script.name))
