@@ -15,7 +15,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:rate      STR   the rate's theoretical arrival time (rate_common.lua)
     <prefix>:{<name>}:pause     STR   present while starts of the name are paused
     <prefix>:{<name>}:started   STR   the schedule of the name's starts (rate_common.lua)
-    <prefix>:{<name>}:park / :parked / :inflight / :pmeta / :tokens
+    <prefix>:{<name>}:park / :parked / :inflight / :pmeta / :tokens / :msgs
                                 the park of the name (ParkKeys, park_common.lua)
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
     <prefix>:{park:index}:total STR   tasks parked over all names
@@ -180,12 +180,16 @@ class ParkKeys(LeaseKeys):
     def tokens(self) -> str:
         return f"{self.base}:tokens"
 
+    @property
+    def messages(self) -> str:
+        return f"{self.base}:msgs"
+
     def park_script_keys(self, cluster: bool) -> list[str]:
         """KEYS of the park scripts, in the order park_common.lua documents (the
         index and the total are in another slot, so left out on a cluster)."""
         rate = RateKeys(self.prefix, self.name)
         keys = [*self.lease_keys(), self.park, self.parked, self.inflight, self.pmeta,
-                self.tokens, rate.rate, rate.pause, rate.started]  # fmt: skip
+                self.tokens, rate.rate, rate.pause, rate.started, self.messages]  # fmt: skip
         if cluster:
             return keys
         return [*keys, park_index(self.prefix), park_total(self.prefix), held_index(self.prefix)]

@@ -177,8 +177,8 @@ def test_copy_with_stale_token_is_dropped(app: Any, worker: Any, key: str) -> No
     wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
     entry = parking(app, key).status(count=1).entries[0]
     client, settings = client_for(app)
-    raw = client.hget(f"{settings.prefix}:{{park:{key}}}:parked", entry["task_id"]).decode()
-    envelope = json.loads(raw.split("|", 9)[9])
+    raw = client.hget(f"{settings.prefix}:{{park:{key}}}:msgs", entry["task_id"]).decode()
+    envelope = json.loads(raw)
     # Two copies with tokens that match no reservation: acked and dropped.
     republish(app, envelope, 12345)
     republish(app, envelope, 0)

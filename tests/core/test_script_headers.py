@@ -30,7 +30,7 @@ from celery_redislock.core.replication import acknowledged_by
 from tests.waiting import wait_for
 
 LUA = Path(scripts.__file__).parent / "lua"
-NUMBERS = {"seven": 7, "eighteen": 18}
+NUMBERS = {"seven": 7, "nineteen": 19}
 
 
 def declared(name: str) -> tuple[set[int] | None, set[int] | None]:

@@ -18,7 +18,7 @@
 --                           "interval_us" / "burst" its rate (rate_common.lua);
 --                           no TTL: it stays until cleared
 -- HELD (not one of the seven: a script that takes it sets it after the
--- include: acquire.lua and release.lua as KEYS[8], park_common.lua as KEYS[18])
+-- include: acquire.lua and release.lua as KEYS[8], park_common.lua as KEYS[19])
 --   ZSET name -> the latest lease expiry (Redis TIME, ms) granted or renewed
 --   for the name, while it has holders (index_held(), unindex_held()): the
 --   index of held names that `celery redislock exporter` reads (its slot

@@ -4,7 +4,7 @@
 -- from: an earlier promotion's copy that waited in a busy queue past its
 -- deadline is the same task, and the newer token then becomes stale.  So a
 -- queue slower than the reservation deadline delays a task, never starves it.
--- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] only on a single server).
+-- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token     promotion token from the message header
@@ -58,6 +58,7 @@ if wait_us > MAX_START_WAIT_US then
   return {'parked', 0, next_due(limit, state.n, true)}
 end
 token_fate('c', id, token)
+redis.call('HDEL', MSGS, id)  -- it runs: its message is not needed again
 local fencing = add_holder(state, owner, ttl_ms, limit, meta)
 fit_holder_ttl()
 return {'held', fencing, next_due(limit, state.n), wait_us}

@@ -40,15 +40,22 @@
 --   KEYS[15] started  STRING  the schedule of the name's starts (start_delay()
 --                     in rate_common.lua): a run waits that long before its
 --                     body starts, so starts keep the rate, not only admissions
---   KEYS[16] index    ZSET  name -> Redis time (ms) at which the sweeper should
+--   KEYS[16] msgs     HASH  task id -> its stored message (the envelope, opaque
+--                     JSON, about 2 KB), for every id in PARKED or INFLIGHT:
+--                     written once when the task is first parked or
+--                     reserved, read only to hand it out (a promotion, a
+--                     drop, a listing) and deleted when the id leaves both,
+--                     so the entries that promotion reads and rewrites stay
+--                     small (see message()).
+--   KEYS[17] index    ZSET  name -> Redis time (ms) at which the sweeper should
 --                     look at the name.  Only on a single server: on a
 --                     cluster it lives in another slot, so it is left out of
 --                     KEYS and the caller updates it from the reply.  A
 --                     name whose time becomes the index's earliest is
 --                     published on the channel <index>:wake (next_due()).
---   KEYS[17] total    STRING  tasks parked over all names (single server only,
+--   KEYS[18] total    STRING  tasks parked over all names (single server only,
 --                     like the index; redislock_park_max_total needs it).
---   KEYS[18] held     ZSET  the index of held names (HELD in common.lua;
+--   KEYS[19] held     ZSET  the index of held names (HELD in common.lua;
 --                     single server only)
 -- ARGV[1] is always the name (the index member).
 -- Times are Redis TIME (NOW_MS from common.lua); expires_ms = 0 means never.
@@ -58,8 +65,9 @@
 
 local PARK, PARKED, INFLIGHT, PMETA = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local TOKENS, RATE, PAUSE, STARTED = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
-local INDEX, TOTAL = KEYS[16], KEYS[17]
-HELD = KEYS[18]
+local MSGS = KEYS[16]
+local INDEX, TOTAL = KEYS[17], KEYS[18]
+HELD = KEYS[19]
 local PNAME = ARGV[1]
 local STALE_MEMORY_MS = 7 * 24 * 3600 * 1000  -- as the revoke records (parking.REVOKE_MEMORY)
 local CLAIMED_MEMORY_MS = 3600 * 1000  -- kombu's default visibility timeout
@@ -95,7 +103,9 @@ end
 -- task its task name, so promotion can admit it by its own limit (see
 -- own_limit()); publishes counts how often it was published with a token
 -- (see promote_parked()); interval_us, burst and cost are its rate (interval
--- 0: none, see rate_admits()); envelope is the stored message (opaque JSON).
+-- 0: none, see rate_admits()); envelope is empty: the message is in MSGS
+-- (an entry written before MSGS existed carries it inline; message() reads
+-- both, and the next write of the entry moves it to MSGS).
 local function read_entry(raw)
   local f = split(raw or '0|0|0|0|0|0|1|1||', 10)
   return {seq = tonumber(f[1]), expires_ms = tonumber(f[2]), enqueued_ms = tonumber(f[3]),
@@ -103,9 +113,27 @@ local function read_entry(raw)
     burst = tonumber(f[7]), cost = tonumber(f[8]), task = f[9], envelope = f[10]}
 end
 
-local function entry_string(e)
+-- The entry as stored, without its message: an entry that still carries
+-- one (a new task's, from the caller's arguments) hands it to MSGS first.
+-- Promotion reads and rewrites entries; a 2 KB string costs Lua about as
+-- much as five commands each time it is made, so messages stay out of them.
+local function entry_string(id, e)
+  if e.envelope ~= '' then
+    redis.call('HSET', MSGS, id, e.envelope)
+    e.envelope = ''
+  end
   return string.format('%d|%d|%d|%d|%d|%d|%d|%d|', e.seq, e.expires_ms, e.enqueued_ms, e.limit,
-    e.publishes, e.interval, e.burst, e.cost) .. e.task .. '|' .. e.envelope
+    e.publishes, e.interval, e.burst, e.cost) .. e.task .. '|'
+end
+
+-- The stored message of task `id` (entry `e`), to hand out; with `forget`
+-- the task leaves the park for good (it runs, or is dropped), so its
+-- message goes too.
+local function message(id, e, forget)
+  local envelope = e.envelope
+  if envelope == '' then envelope = redis.call('HGET', MSGS, id) or '' end
+  if forget then redis.call('HDEL', MSGS, id) end
+  return envelope
 end
 
 -- Whether the name's rate (and pause) admits entry `e` now; with `take`,
@@ -161,7 +189,7 @@ end
 -- at zero the key is deleted, so nothing is left once no task is parked.
 local function park(id, e)
   if redis.call('ZADD', PARK, e.seq, id) == 1 and TOTAL then redis.call('INCR', TOTAL) end
-  redis.call('HSET', PARKED, id, entry_string(e))
+  redis.call('HSET', PARKED, id, entry_string(id, e))
 end
 
 local function unpark(id)
@@ -185,7 +213,7 @@ local function reserve(state, id, e, deadline_ms)
   local token = add_holder(state, rsv(id), deadline_ms, e.limit, meta)
   local deadline = NOW_MS + deadline_ms
   e.publishes = e.publishes + 1
-  redis.call('HSET', INFLIGHT, id, string.format('%d|%d|', token, deadline) .. entry_string(e))
+  redis.call('HSET', INFLIGHT, id, string.format('%d|%d|', token, deadline) .. entry_string(id, e))
   if inflight_first ~= nil then
     inflight_first = inflight_first and math.min(inflight_first, deadline) or deadline
   end
@@ -346,12 +374,13 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
     unpark(head)
     local reply
     if expired then
-      reply = {'x', head, 0, e.envelope}
+      reply = {'x', head, 0, message(head, e, true)}
     elseif unclaimed then
-      reply = {'u', head, e.publishes, e.envelope}
+      reply = {'u', head, e.publishes, message(head, e, true)}
     else
       e.limit = own
-      reply = {'p', head, reserve(state, head, e, deadline_ms), e.envelope}
+      local envelope = message(head, e, false)
+      reply = {'p', head, reserve(state, head, e, deadline_ms), envelope}
     end
     for _, v in ipairs(reply) do out[#out + 1] = v end
     done = done + 1

@@ -2,7 +2,7 @@
 -- discard, a publish that failed, a revoked task met at promotion).  A
 -- reservation it held is freed (the caller then runs park_promote.lua) and
 -- its token remembered as stale, so a copy already published never runs.
--- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] only on a single server).
+-- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token    "" to drop whatever is stored; else only the in-flight
@@ -16,7 +16,7 @@ local limit = stored_limit(0)
 local entry = redis.call('HGET', PARKED, id)
 if entry and token == '' then
   unpark(id)
-  return {'parked', read_entry(entry).envelope, next_due(limit)}
+  return {'parked', message(id, read_entry(entry), true), next_due(limit)}
 end
 entry = redis.call('HGET', INFLIGHT, id)
 if entry then
@@ -24,7 +24,7 @@ if entry then
   if token == '' or token == e.token then
     unreserve(id)
     supersede(id, e.token)
-    return {'inflight', e.envelope, next_due(limit)}
+    return {'inflight', message(id, e, true), next_due(limit)}
   end
 end
 return {'', '', next_due(limit)}

@@ -2,7 +2,7 @@
 -- (mode "enqueue"), when a message without a reservation reaches a worker
 -- (mode "arrive"), and for a run of another policy that has a rate (mode
 -- "try": never parks).
--- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] only on a single server).
+-- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] mode         "enqueue" | "arrive" | "try" | "head" (a running task
 --                      pauses its key and goes back to the head of the park)
@@ -16,7 +16,7 @@
 -- ARGV[10] ttl_ms      modes "arrive", "try": lease length
 -- ARGV[11] meta        modes "arrive", "try": holder meta (JSON)
 -- ARGV[12] max_total   bound of the parked tasks over all names (0: none;
---                      needs KEYS[17], so a single server)
+--                      needs KEYS[18], so a single server)
 -- ARGV[13] task        the task name (stored with the entry, see own_limit())
 -- ARGV[14] interval_us the task's rate: microseconds per unit (0: no rate)
 -- ARGV[15] burst       units that may start back to back
@@ -115,6 +115,7 @@ elseif not (slot and rate_ok) then
     for _, older in ipairs(redis.call('ZRANGE', PARK, 0, -1)) do
       if older ~= head then
         unpark(older)
+        redis.call('HDEL', MSGS, older)
         replaced[#replaced + 1] = older
       end
     end

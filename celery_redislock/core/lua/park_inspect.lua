@@ -1,6 +1,6 @@
 -- park_inspect.lua: read-only counts (and optionally the first entries) of
 -- one name's parked work, for status and listing.
--- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] unused).
+-- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] unused).
 -- ARGV[1] name
 -- ARGV[2] count    how many parked entries to list (0: none)
 -- Returns {now_ms, parked, oldest_enqueued_ms (0: none), inflight, overdue,
@@ -24,7 +24,9 @@ for _, id in ipairs(redis.call('ZRANGE', PARK, 0, n - 1)) do
   local e = read_entry(redis.call('HGET', PARKED, id))
   if oldest == 0 or e.enqueued_ms < oldest then oldest = e.enqueued_ms end
   if count > 0 then
-    for _, v in ipairs({id, e.enqueued_ms, e.expires_ms, e.envelope}) do listed[#listed + 1] = v end
+    for _, v in ipairs({id, e.enqueued_ms, e.expires_ms, message(id, e)}) do
+      listed[#listed + 1] = v
+    end
   end
 end
 local inflight, overdue = 0, 0
@@ -35,7 +37,7 @@ for i = 1, #raw, 2 do
   inflight = inflight + 1
   if e.deadline_ms <= NOW_MS then overdue = overdue + 1 end
   if inflight <= count then
-    for _, v in ipairs({raw[i], e.enqueued_ms, e.deadline_ms, e.envelope}) do
+    for _, v in ipairs({raw[i], e.enqueued_ms, e.deadline_ms, message(raw[i], e)}) do
       promoted[#promoted + 1] = v
     end
   end

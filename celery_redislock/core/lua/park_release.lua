@@ -2,7 +2,7 @@
 -- slots go to waiters (see release_owner() in common.lua) and then to the
 -- parked tasks, as park_promote.lua would fill them: one round trip from
 -- the end of a task to the next task's publish.
--- KEYS: the eighteen keys of park_common.lua (KEYS[16] to KEYS[18] only on a single server).
+-- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] owner
 -- ARGV[3] wake_ms      as release.lua's ARGV[2]

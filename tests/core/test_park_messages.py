@@ -1,0 +1,92 @@
+"""A parked task's message is stored once, in the name's ``msgs`` hash, and
+leaves with the task: the entries that promotion reads and rewrites never
+carry it, every way out of the park (a run, a drop, an expiry, a replacing
+call) deletes it, and an entry written with its message inline (before
+``msgs`` existed) is still published with it."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from celery_redislock.core.keys import ParkKeys
+from celery_redislock.core.park import ParkConfig, Parking, Verdict
+
+LIMIT = 1
+
+
+def envelope(n: int) -> str:
+    return json.dumps({"task": "t", "body": "x" * 2000, "n": n})
+
+
+def test_messages_are_stored_once_and_leave_with_their_task(redis_client: Any, prefix: str) -> None:
+    parking, keys = Parking(redis_client, prefix, "m"), ParkKeys(prefix, "m")
+    config = ParkConfig()
+    first = parking.enqueue("a", LIMIT, envelope(0), 0, config, "t")
+    assert first.verdict is Verdict.RESERVED
+    for n, task_id in enumerate("bcd", start=1):
+        assert (
+            parking.enqueue(task_id, LIMIT, envelope(n), 0, config, "t").verdict is Verdict.PARKED
+        )
+    # One message per id in the park or in flight, none inside the entries.
+    assert redis_client.hlen(keys.messages) == 4
+    for raw in [*redis_client.hvals(keys.parked), *redis_client.hvals(keys.inflight)]:
+        assert len(raw) < 200 and raw.endswith(b"|"), raw
+    # A drop hands the message back and forgets it.
+    dropped = parking.drop("c")
+    assert (dropped.where, json.loads(dropped.envelope)["n"]) == ("parked", 2)
+    assert not redis_client.hexists(keys.messages, "c")
+    # The run claims its reservation: its message goes; its release promotes
+    # the next one with that one's message.
+    held = parking.claim("a", str(first.token), "owner-a", 5, "{}", LIMIT, "t")
+    assert held.verdict is Verdict.HELD and not redis_client.hexists(keys.messages, "a")
+    _, promoted = parking.release("owner-a", LIMIT, config, "t")
+    assert [(p.task_id, json.loads(p.envelope)["n"]) for p in promoted] == [("b", 1)]
+    assert redis_client.hexists(keys.messages, "b")  # in flight: kept for a re-publish
+    assert parking.drop("b", str(promoted[0].token)).where == "inflight"
+    assert parking.drop("d").where == "parked"
+    assert not redis_client.exists(keys.messages)
+
+
+def test_expired_and_replaced_tasks_take_their_messages_along(
+    redis_client: Any, prefix: str
+) -> None:
+    parking, keys = Parking(redis_client, prefix, "e"), ParkKeys(prefix, "e")
+    assert (
+        parking.arrive("run", LIMIT, envelope(0), 0, ParkConfig(), "owner", 5, "{}", "t").verdict
+        is Verdict.HELD
+    )
+    latest = ParkConfig(keep_latest=True)
+    parking.enqueue("old", LIMIT, envelope(1), 0, latest, "t")
+    replacing = parking.enqueue("new", LIMIT, envelope(2), 0.05, latest, "t")
+    assert replacing.replaced == ("old",)
+    assert redis_client.hkeys(keys.messages) == [b"new"]
+    time.sleep(0.1)  # "new" expires (Redis time) while parked
+    _, promoted = parking.release("owner", LIMIT, ParkConfig(), "t")
+    assert [(p.kind.value, p.task_id, json.loads(p.envelope)["n"]) for p in promoted] == [
+        ("x", "new", 2)
+    ]
+    assert not redis_client.exists(keys.messages)
+
+
+def test_an_entry_carrying_its_message_inline_is_still_published_with_it(
+    redis_client: Any, prefix: str
+) -> None:
+    parking, keys = Parking(redis_client, prefix, "l"), ParkKeys(prefix, "l")
+    assert (
+        parking.arrive("run", LIMIT, envelope(0), 0, ParkConfig(), "owner", 5, "{}", "t").verdict
+        is Verdict.HELD
+    )
+    assert (
+        parking.enqueue("old", LIMIT, envelope(1), 0, ParkConfig(), "t").verdict is Verdict.PARKED
+    )
+    # The layout before the messages hash: the message is the entry's last field.
+    raw = redis_client.hget(keys.parked, "old")
+    redis_client.hset(keys.parked, "old", raw + envelope(1).encode())
+    redis_client.hdel(keys.messages, "old")
+    _, promoted = parking.release("owner", LIMIT, ParkConfig(), "t")
+    assert [(p.task_id, json.loads(p.envelope)["n"]) for p in promoted] == [("old", 1)]
+    # Rewritten without it: the message moved to the messages hash.
+    assert redis_client.hget(keys.messages, "old") == envelope(1).encode()
+    assert redis_client.hget(keys.inflight, "old").endswith(b"|")
