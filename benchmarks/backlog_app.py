@@ -4,8 +4,9 @@ One task per contention policy, all ``SemaphoreTask`` with limit 5 on
 ``backlog:{run}:{account}``, and two plain tasks as controls: ``control``
 (no lock; the benchmark runs it on a ``-c 5`` worker), ``relay`` (no lock;
 each heavy task publishes the next heavy one when its body ends, as ``park``
-promotes on release) and ``parkfloor`` (the least a park can do: see
-``FLOOR_ENQUEUE``).  Configured from the environment
+promotes on release), ``parkfloor`` (the least a park can do: see
+``FLOOR_ENQUEUE``) and ``parkguard`` (the least a park that keeps its core
+guarantees can do: see ``GUARD_ENQUEUE``).  Configured from the environment
 (``BENCH_REDIS_URL``: broker and lock Redis; ``BENCH_EVENTS_DIR``: where each
 process appends its events; ``BENCH_READY_FILE``).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from typing import Any
 
 from celery import Celery
@@ -146,6 +148,100 @@ class _ParkFloorSender:
             parkfloor.apply_async(args, queue=queue, producer=producer)
 
 
-TASKS.update(control=control, relay=relay, parkfloor=_ParkFloorSender())
+# The least a park that keeps its core guarantees can do, as a second floor:
+# Redis TIME, leases and reservations with deadlines in one holders zset (a
+# dead worker's slot lapses by itself), a promotion token per reservation that
+# the start must present (a stale copy never runs), idempotence on the task
+# id, the message stored once, FIFO by a sequence number, a revoke record
+# read at the start, and the names' index a sweeper would read.  Left out:
+# token fates, overrides, rates, TTLs, totals and the re-publish of lapsed
+# reservations (a sweeper's job, off the hot path).  Three scripts per task,
+# as `park`: at publish, at start and at the end.
+GUARD_KEYS = ("holders", "park", "msgs", "fence", "seq")
+GUARD_ENQUEUE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id, limit = ARGV[1], tonumber(ARGV[2])
+if redis.call('HSETNX', KEYS[3], id, ARGV[3]) == 0 then return -1 end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[1]) < limit then
+  local token = redis.call('INCR', KEYS[4])
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), 'r|' .. id .. '|' .. token)
+  return token
+end
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[5]), id)
+redis.call('ZADD', KEYS[6], now, ARGV[5])
+return 0
+"""
+GUARD_START = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('EXISTS', KEYS[7]) == 1 then return -1 end
+local reservation = 'r|' .. ARGV[1] .. '|' .. ARGV[2]
+if not redis.call('ZSCORE', KEYS[1], reservation) then return 0 end
+redis.call('ZREM', KEYS[1], reservation)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[3])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 1
+"""
+GUARD_END = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if not head or redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  if not head then redis.call('ZREM', KEYS[6], ARGV[4]) end
+  return false
+end
+redis.call('ZREM', KEYS[2], head)
+local token = redis.call('INCR', KEYS[4])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), 'r|' .. head .. '|' .. token)
+return {token, redis.call('HGET', KEYS[3], head)}
+"""
+GUARD_DEADLINE_MS, GUARD_TTL_MS = 120_000, 60_000
+
+
+def _guard_keys(run: str, account: str, task_id: str = "") -> list[str]:
+    base = f"parkguard:{{{run}:{account}}}"
+    return [*(f"{base}:{k}" for k in GUARD_KEYS), "parkguard:{index}",
+            f"parkguard:revoked:{task_id}"]  # fmt: skip
+
+
+@app.task(name="backlog.parkguard", bind=True)
+def parkguard(self: Any, run: str, account: str, seq: int, sent: float, token: int = 0) -> None:
+    """The guarded park floor's task: its start presents its token, its end
+    promotes the account's next waiting task (an owner of its own: the task id)."""
+    keys, owner = _guard_keys(run, account, self.request.id), self.request.id
+    if _redis().eval(GUARD_START, 7, *keys, owner, token, owner, GUARD_TTL_MS) != 1:
+        return  # a stale copy, or revoked: not run
+    _body(run, account, seq, sent)
+    following = _redis().eval(GUARD_END, 7, *keys, owner, LIMIT, GUARD_DEADLINE_MS,
+                              f"{run}:{account}")  # fmt: skip
+    if following:
+        next_token, payload = following
+        task_id, args, queue = json.loads(payload)
+        parkguard.apply_async([*args, int(next_token)], queue=queue, task_id=task_id)
+
+
+class _ParkGuardSender:
+    """``apply_async`` of the guarded park floor: reserve and publish with the
+    token if the account has a free slot, else park the call."""
+
+    name = parkguard.name
+
+    def apply_async(self, args: Any, queue: str, producer: Any = None) -> None:
+        run, account = args[0], args[1]
+        task_id = uuid.uuid4().hex
+        payload = json.dumps([task_id, list(args), queue])
+        token = _redis().eval(GUARD_ENQUEUE, 7, *_guard_keys(run, account), task_id, LIMIT,
+                              payload, GUARD_DEADLINE_MS, f"{run}:{account}")  # fmt: skip
+        if int(token) > 0:
+            parkguard.apply_async([*args, int(token)], queue=queue, producer=producer,
+                                  task_id=task_id)  # fmt: skip
+
+
+TASKS.update(control=control, relay=relay, parkfloor=_ParkFloorSender(),
+             parkguard=_ParkGuardSender())  # fmt: skip
 
 task_events.record_retries_and_etas(URL)

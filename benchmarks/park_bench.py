@@ -47,9 +47,11 @@ TASK_SECONDS = 0.02
 POLICIES = ("retry", "wait", "park")
 # Plain tasks that show this machine's floor (see backlog_app): ``control`` is
 # five processes draining a FIFO queue, ``relay`` publishes one task per
-# completion, ``parkfloor`` is the least a park can do (its Redis cost floor).
+# completion, ``parkfloor`` is the least a park can do (its Redis cost floor),
+# ``parkguard`` the least one that keeps leases, tokens and idempotence can.
 # Their concurrency and FIFO figures bound what any lock can reach.
-CONTROLS = ("control", "relay", "parkfloor")
+CONTROLS = ("control", "relay", "parkfloor", "parkguard")
+FLOORS = ("parkfloor", "parkguard")
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ def run_policy(
         result["enqueue_s"] = time.monotonic() - t0
         result["heavy_in_broker"] = int(admin.llen(queue))
         mem1 = int(admin.info("memory")["used_memory"])
-        waiting = n - result["heavy_in_broker"] if policy in ("park", "relay", "parkfloor") else n
+        waiting = n - result["heavy_in_broker"] if policy in ("park", "relay", *FLOORS) else n
         result["waiting_tasks"] = waiting
         result["redis_bytes_per_waiting_task"] = (mem1 - mem0) / max(waiting, 1)
         backlog_app.app.control.add_consumer(
@@ -295,7 +297,10 @@ def section(r: dict[str, Any]) -> str:
         "machine's floor for heavy concurrency and FIFO order. `parkfloor` is the least a "
         "park can do (a counter and a list per account, one tiny script at publish and "
         "one at the end; no lease, TTL, token or crash safety): the floor of a park's "
-        "Redis cost. "
+        "Redis cost. `parkguard` is the least a park that keeps its core guarantees can "
+        "do (Redis TIME, leases and reservations with deadlines, a token the start must "
+        "present, idempotence on the task id, the message stored once, a revoke record "
+        "read at the start, the names' index; three scripts per task, as `park`). "
         "Redis memory: "
         "`used_memory` delta per waiting task (parked under `park`, a broker message "
         "otherwise). Commands: `INFO commandstats` per task, broker traffic included; "
@@ -340,7 +345,7 @@ def _against_relay(runs: list[dict[str, Any]]) -> list[str]:
     """Each policy's Redis commands and CPU per task as multiples of the relay's
     at the same N (issue 23's targets for ``park``: <= 2 x and <= 1.5 x)."""
     relay = {row["n"]: row for row in runs if row["policy"] == "relay"}
-    rows = [row for row in runs if row["policy"] in ("parkfloor", *POLICIES) and row["n"] in relay]
+    rows = [row for row in runs if row["policy"] in (*FLOORS, *POLICIES) and row["n"] in relay]
     if not rows:
         return []
     lines = ["", "Redis work per task against the relay (same run; `park` targets: "

@@ -198,7 +198,9 @@ def test_backlog_scenario_reports_every_field(server: RedisServer) -> None:
             assert isinstance(row[field], float) and math.isfinite(row[field]), (field, row)
         assert row["heavy_mean_concurrency"] <= park_bench.LIMIT + 0.01
         assert row["max_queue"] >= row["heavy_in_broker"] >= 1
-    assert {r["policy"] for r in rows if r.get("control")} == {"control", "relay", "parkfloor"}
+    assert {r["policy"] for r in rows if r.get("control")} == {
+        "control", "relay", "parkfloor", "parkguard",
+    }  # fmt: skip
     [park] = [r for r in rows if r["policy"] == "park"]
     # Behaviour, not speed: park publishes at most the limit and never requeues.
     assert park["heavy_in_broker"] <= park_bench.LIMIT
