@@ -20,6 +20,7 @@ from typing import Any
 
 from celery.exceptions import Ignore
 
+from .. import signals
 from ..core.leaseset import LeaseSet
 from ..core.owners import new_owner
 from ..core.park import Admission, Parking, Verdict
@@ -62,6 +63,9 @@ def admit(
                     task.name)  # fmt: skip
         log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
         mark_revoked(task.app, task_id, "revoked", request)
+        signals.lock_dropped.send(
+            sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
+        )
         raise Ignore()  # the task is done: __call__ gives its enqueue marker back
     owner = new_owner(lease_set.owner_prefix)
     config = replace(settings_for(task.app).park, **park)

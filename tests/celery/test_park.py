@@ -588,6 +588,13 @@ def test_a_revoke_record_is_honoured_on_arrival(app: Any, worker: Any, key: str)
     reserved = task.apply_async((key, 1, 0.1), task_id=reserved_id)  # free name: reserved
     sent = app.send_task("basic.parked", (key, 2, 0.1), task_id=sent_id)
     wait_for(lambda: reserved.state == sent.state == "REVOKED", 60, message="both REVOKED")
+
+    def dropped() -> set[tuple[str, str]]:
+        return {(s["task_id"], s["reason"]) for s in app.recorder.signals()
+                if s["signal"] == "redislock_dropped" and s["name"] == f"park:{key}"}  # fmt: skip
+
+    expected = {(reserved_id, "revoked"), (sent_id, "revoked")}
+    wait_for(lambda: dropped() == expected, 30, message=f"lock_dropped for both: {dropped()}")
     following = [task.delay(key, n, 0.1) for n in range(3, 3 + LIMIT + 1)]
     for r in following:
         r.get(timeout=60)  # the dropped reservation did not keep a slot
