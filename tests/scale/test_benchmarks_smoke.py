@@ -249,3 +249,13 @@ def test_coalesce_part_leaves_nothing_stale_with_keep_latest(server: RedisServer
     assert result["debounce"]["runs"] == 2 and result["debounce"]["late_ms"]["n"] == 2
     assert result["skip"]["runs"] >= 2
     assert "| debounce |" in coalesce_bench.section(result)
+
+
+def test_park_scripts_cycle_times_each_script(server: RedisServer) -> None:
+    """``benchmarks.park_scripts`` runs the whole park cycle (every task enqueued,
+    claimed and released) and reports a Redis-measured time for each script."""
+    from benchmarks import park_scripts
+
+    times = park_scripts.cycle(server.url, 3, 12)
+    assert set(times) == set(park_scripts.PHASES)
+    assert all(math.isfinite(t) and t > 0 for t in times.values()), times
