@@ -39,10 +39,12 @@ test-matrix: $(VENV)/.installed
 # venv of its own installed by pip's resolver with the row's pins (docs/testing.md).
 # VERSION_TESTS: the core and Celery suites (the pool check, gevent/eventlet
 # refusal, included), the fault suite's short run and the demo.
-VERSION_ROWS ?= floor celery54 mid newest
+VERSION_ROWS ?= floor celery54 mid celery56 redis7 newest
 ROW_floor = "celery[redis]==5.3.0" kombu==5.3.0 redis==5.0.0
 ROW_celery54 = "celery[redis]==5.4.0" kombu==5.4.2 redis==5.0.8
 ROW_mid = "celery[redis]==5.5.3" kombu==5.5.4 redis==5.2.1
+ROW_celery56 = "celery[redis]==5.6.3" kombu==5.6.2 redis==6.4.0
+ROW_redis7 = "celery[redis]==5.7.0" kombu==5.7.0 redis==7.4.1
 ROW_newest = --upgrade "celery[redis]" kombu redis
 VERSION_TESTS ?= $(MATRIX_TESTS) tests/faults tests/surface/test_demo.py
 test-versions: $(addprefix test-version-,$(VERSION_ROWS))
