@@ -259,3 +259,20 @@ def test_park_scripts_cycle_times_each_script(server: RedisServer) -> None:
     times = park_scripts.cycle(server.url, 3, 12)
     assert set(times) == set(park_scripts.PHASES)
     assert all(math.isfinite(t) and t > 0 for t in times.values()), times
+
+
+def test_script_prologue_cuts_each_shipped_script_where_its_own_code_begins(
+    server: RedisServer,
+) -> None:
+    """Each cut keeps the included helpers and none of the script's own body,
+    and Redis runs it with the KEYS and ARGV its callers pass."""
+    from benchmarks import script_prologue
+    from celery_redislock.core import scripts
+
+    client = common.client(server.url)
+    for name, (keys, args) in script_prologue.SHIPPED.items():
+        cut = script_prologue.prologue(name)
+        whole = getattr(scripts, name.removesuffix(".lua").upper()).source
+        assert cut.endswith("return 1\n") and whole.startswith(cut.removesuffix("return 1\n"))
+        assert len(cut) < len(whole)
+        assert script_prologue.per_call(client, cut, keys, args, 5) > 0
