@@ -57,6 +57,21 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
     return redis.Redis(connection_pool=pool)
 
 
+@contextmanager
+def redis_at(url: str | None) -> Iterator[str]:
+    """``url``, or a throwaway ``redis-server``'s while the block runs."""
+    if url:
+        yield url
+        return
+    from celery_redislock.servers import RedisServer
+
+    server = RedisServer().start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
 def sent_commands() -> int:
     return CountingConnection.sent
 

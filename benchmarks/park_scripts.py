@@ -28,6 +28,8 @@ from typing import Any
 
 import redis
 
+from . import common
+
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("enqueue", "claim", "release")
 
@@ -94,33 +96,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", help="a git ref to compare with")
     parser.add_argument("--url", help="an existing Redis (it is flushed; default: a throwaway)")
     opts = parser.parse_args(argv)
-    from celery_redislock.servers import RedisServer
-
-    server = None if opts.url else RedisServer().start()
-    url = opts.url or server.url  # type: ignore[union-attr]
-    admin = redis.Redis.from_url(url)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            versions: dict[str, Path | None] = {"now": None}
-            if opts.baseline:
-                versions[opts.baseline] = _package_at(opts.baseline, Path(tmp))
-            print("| limit (in flight) | version | enqueue us | claim us | release us | "
-                  "per task us |\n|---|---|---|---|---|---|")  # fmt: skip
-            for limit in opts.limits:
-                runs: dict[str, list[dict[str, float]]] = {v: [] for v in versions}
-                for _ in range(opts.rounds):
-                    for label, package in versions.items():
-                        admin.flushall()
-                        admin.script_flush()
-                        runs[label].append(_run(url, limit, opts.tasks, package))
-                for label in versions:
-                    med = {p: statistics.median(r[p] for r in runs[label]) for p in PHASES}
-                    print(f"| {limit} ({limit - 1}) | {label} | {med['enqueue']:.1f} "
-                          f"| {med['claim']:.1f} | {med['release']:.1f} "
-                          f"| {sum(med.values()):.1f} |")  # fmt: skip
-    finally:
-        if server is not None:
-            server.stop()
+    with common.redis_at(opts.url) as url, tempfile.TemporaryDirectory() as tmp:
+        admin = redis.Redis.from_url(url)
+        versions: dict[str, Path | None] = {"now": None}
+        if opts.baseline:
+            versions[opts.baseline] = _package_at(opts.baseline, Path(tmp))
+        print("| limit (in flight) | version | enqueue us | claim us | release us | "
+              "per task us |\n|---|---|---|---|---|---|")  # fmt: skip
+        for limit in opts.limits:
+            runs: dict[str, list[dict[str, float]]] = {v: [] for v in versions}
+            for _ in range(opts.rounds):
+                for label, package in versions.items():
+                    admin.flushall()
+                    admin.script_flush()
+                    runs[label].append(_run(url, limit, opts.tasks, package))
+            for label in versions:
+                med = {p: statistics.median(r[p] for r in runs[label]) for p in PHASES}
+                print(f"| {limit} ({limit - 1}) | {label} | {med['enqueue']:.1f} "
+                      f"| {med['claim']:.1f} | {med['release']:.1f} "
+                      f"| {sum(med.values()):.1f} |")  # fmt: skip
     return 0
 
 

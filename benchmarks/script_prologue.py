@@ -22,6 +22,8 @@ import redis
 
 from celery_redislock.core import scripts
 
+from . import common
+
 #: script -> (number of KEYS, number of ARGV) its callers pass
 SHIPPED = {
     "acquire.lua": (8, 6),
@@ -60,24 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--url", help="an existing Redis (default: a throwaway redis-server)")
     opts = parser.parse_args(argv)
-    from celery_redislock.servers import RedisServer
-
-    server = None if opts.url else RedisServer().start()
-    client = redis.Redis.from_url(opts.url or server.url)  # type: ignore[union-attr]
     bodies = {label: (body, 8, 6) for label, body in CONTROLS.items()}
     bodies.update({f"{name} prologue": (prologue(name), *shape)
                    for name, shape in SHIPPED.items()})  # fmt: skip
-    try:
+    with common.redis_at(opts.url) as url:
+        client = redis.Redis.from_url(url)
         times: dict[str, list[float]] = {label: [] for label in bodies}
         for _ in range(opts.rounds):
             for label, (body, keys, args) in bodies.items():
                 times[label].append(per_call(client, body, keys, args, opts.calls))
-        print("| script | us per call (Redis-measured) |\n|---|---|")
-        for label, values in times.items():
-            print(f"| {label} | {statistics.median(values):.2f} |")
-    finally:
-        if server is not None:
-            server.stop()
+    print("| script | us per call (Redis-measured) |\n|---|---|")
+    for label, values in times.items():
+        print(f"| {label} | {statistics.median(values):.2f} |")
     return 0
 
 

@@ -7,17 +7,28 @@ call) deletes it, and an entry written with its message inline (before
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from celery_redislock.core.keys import ParkKeys
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
+from tests.waiting import wait_for
 
 LIMIT = 1
 
 
 def envelope(n: int) -> str:
     return json.dumps({"task": "t", "body": "x" * 2000, "n": n})
+
+
+def hold(parking: Parking) -> None:
+    """A run of task "run" holds the name (owner "owner")."""
+    admission = parking.arrive("run", LIMIT, envelope(0), 0, ParkConfig(), "owner", 5, "{}", "t")
+    assert admission.verdict is Verdict.HELD
+
+
+def redis_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def test_messages_are_stored_once_and_leave_with_their_task(redis_client: Any, prefix: str) -> None:
@@ -53,16 +64,14 @@ def test_expired_and_replaced_tasks_take_their_messages_along(
     redis_client: Any, prefix: str
 ) -> None:
     parking, keys = Parking(redis_client, prefix, "e"), ParkKeys(prefix, "e")
-    assert (
-        parking.arrive("run", LIMIT, envelope(0), 0, ParkConfig(), "owner", 5, "{}", "t").verdict
-        is Verdict.HELD
-    )
+    hold(parking)
     latest = ParkConfig(keep_latest=True)
     parking.enqueue("old", LIMIT, envelope(1), 0, latest, "t")
     replacing = parking.enqueue("new", LIMIT, envelope(2), 0.05, latest, "t")
+    expires_at = redis_ms(redis_client) + 50  # no earlier than its expiry (Redis time)
     assert replacing.replaced == ("old",)
     assert redis_client.hkeys(keys.messages) == [b"new"]
-    time.sleep(0.1)  # "new" expires (Redis time) while parked
+    wait_for(lambda: redis_ms(redis_client) > expires_at, 10, message="its expiry passed")
     _, promoted = parking.release("owner", LIMIT, ParkConfig(), "t")
     assert [(p.kind.value, p.task_id, json.loads(p.envelope)["n"]) for p in promoted] == [
         ("x", "new", 2)
@@ -74,10 +83,7 @@ def test_an_entry_carrying_its_message_inline_is_still_published_with_it(
     redis_client: Any, prefix: str
 ) -> None:
     parking, keys = Parking(redis_client, prefix, "l"), ParkKeys(prefix, "l")
-    assert (
-        parking.arrive("run", LIMIT, envelope(0), 0, ParkConfig(), "owner", 5, "{}", "t").verdict
-        is Verdict.HELD
-    )
+    hold(parking)
     assert (
         parking.enqueue("old", LIMIT, envelope(1), 0, ParkConfig(), "t").verdict is Verdict.PARKED
     )
