@@ -20,10 +20,12 @@ def envelope(n: int) -> str:
     return json.dumps({"task": "t", "body": "x" * 2000, "n": n})
 
 
-def hold(parking: Parking) -> None:
-    """A run of task "run" holds the name (owner "owner")."""
+def held(client: Any, prefix: str, name: str) -> tuple[Parking, ParkKeys]:
+    """The park of ``name``, which a run of task "run" holds (owner "owner")."""
+    parking = Parking(client, prefix, name)
     admission = parking.arrive("run", LIMIT, envelope(0), 0, ParkConfig(), "owner", 5, "{}", "t")
     assert admission.verdict is Verdict.HELD
+    return parking, ParkKeys(prefix, name)
 
 
 def redis_ms(client: Any) -> int:
@@ -63,8 +65,7 @@ def test_messages_are_stored_once_and_leave_with_their_task(redis_client: Any, p
 def test_expired_and_replaced_tasks_take_their_messages_along(
     redis_client: Any, prefix: str
 ) -> None:
-    parking, keys = Parking(redis_client, prefix, "e"), ParkKeys(prefix, "e")
-    hold(parking)
+    parking, keys = held(redis_client, prefix, "e")
     latest = ParkConfig(keep_latest=True)
     parking.enqueue("old", LIMIT, envelope(1), 0, latest, "t")
     replacing = parking.enqueue("new", LIMIT, envelope(2), 0.05, latest, "t")
@@ -82,8 +83,7 @@ def test_expired_and_replaced_tasks_take_their_messages_along(
 def test_an_entry_carrying_its_message_inline_is_still_published_with_it(
     redis_client: Any, prefix: str
 ) -> None:
-    parking, keys = Parking(redis_client, prefix, "l"), ParkKeys(prefix, "l")
-    hold(parking)
+    parking, keys = held(redis_client, prefix, "l")
     assert (
         parking.enqueue("old", LIMIT, envelope(1), 0, ParkConfig(), "t").verdict is Verdict.PARKED
     )
