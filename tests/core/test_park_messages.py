@@ -96,3 +96,34 @@ def test_an_entry_carrying_its_message_inline_is_still_published_with_it(
     # Rewritten without it: the message moved to the messages hash.
     assert redis_client.hget(keys.messages, "old") == envelope(1).encode()
     assert redis_client.hget(keys.inflight, "old").endswith(b"|")
+
+
+def test_a_keep_latest_call_replaces_even_at_the_total_bound(
+    redis_client: Any, prefix: str
+) -> None:
+    """Neither park bound refuses a keep_latest call: at the bound over all
+    names, the newer call still takes the older one's place (which ends
+    replaced, reported), instead of both being lost."""
+    parking, keys = held(redis_client, prefix, "a")
+    other, _ = held(redis_client, prefix, "b")
+    unbounded = ParkConfig(keep_latest=True)
+    assert parking.enqueue("old", LIMIT, envelope(1), 0, unbounded, "t").verdict is Verdict.PARKED
+    assert other.enqueue("y", LIMIT, envelope(2), 0, unbounded, "t").verdict is Verdict.PARKED
+    # Two parked over all names; with "old" taken out, still one at a bound of one.
+    bounded = ParkConfig(keep_latest=True, max_total=1)
+    newer = parking.enqueue("new", LIMIT, envelope(3), 0, bounded, "t")
+    assert (newer.verdict, newer.replaced) == (Verdict.PARKED, ("old",))
+    assert redis_client.hkeys(keys.messages) == [b"new"]
+    # A plain call at the bound is still refused, whole.
+    refused = other.enqueue("z", LIMIT, envelope(4), 0, ParkConfig(max_total=1), "t")
+    assert refused.verdict is Verdict.BOUNDED_TOTAL
+
+
+def test_a_name_left_with_nothing_parked_keeps_no_message(redis_client: Any, prefix: str) -> None:
+    """A message left over for a task the park no longer holds (a worker of an
+    earlier version claimed it) goes when the name's park empties."""
+    parking, keys = held(redis_client, prefix, "n")
+    redis_client.hset(keys.messages, "gone", envelope(9))
+    assert parking.enqueue("p", LIMIT, envelope(1), 0, ParkConfig(), "t").verdict is Verdict.PARKED
+    assert parking.drop("p").where == "parked"
+    assert not redis_client.exists(keys.messages)

@@ -320,9 +320,10 @@ local function next_due(raw_limit, n_holders, parked)
   elseif inflight_first then
     at(inflight_first)
   end
-  -- due < 0 exactly when nothing is parked or in flight
+  -- due < 0 exactly when nothing is parked or in flight, so no message is
+  -- needed either (a leftover, say of a worker of an earlier version, goes).
   if due < 0 then
-    redis.call('DEL', PMETA)
+    redis.call('DEL', PMETA, MSGS)
   else
     redis.call('HSET', PMETA, 'limit', raw_limit)
   end

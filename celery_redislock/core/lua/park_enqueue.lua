@@ -30,7 +30,8 @@
 --                      every task parked before it but the run put back at
 --                      the head (PMETA head: a pause or a retry of the running
 --                      run; taken out too with ARGV[22]), so the name holds at
---                      most one parked call (and the park bounds never refuse it)
+--                      most one parked call (and neither bound, ARGV[8] nor
+--                      ARGV[12], refuses it)
 -- ARGV[20] debounce_ms modes "enqueue", "arrive" (> 0: lock_debounce, with
 --                      ARGV[19]): the task always parks, and is promoted no
 --                      sooner than debounce_ms after this call (PMETA hold)
@@ -124,7 +125,7 @@ elseif not (slot and rate_ok) then
   if max_parked > 0 and n_parked >= max_parked and ARGV[19] ~= '1' then
     return {'bounded', n_parked, next_due(limit)}
   end
-  if max_total > 0 and TOTAL then
+  if max_total > 0 and TOTAL and ARGV[19] ~= '1' then
     local total = tonumber(redis.call('GET', TOTAL) or '0')
     if total >= max_total then return {'bounded_total', total, next_due(limit)} end
   end
