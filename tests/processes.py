@@ -1,4 +1,5 @@
-"""Ending the helper processes a test started (holders, CLI subprocesses)."""
+"""Starting and ending the helper processes a test started (holders, CLI
+subprocesses)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,12 @@ def reap(procs: Iterable[subprocess.Popen[str]]) -> None:
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
                 stream.close()
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a process a test stops with SIGINT, as Ctrl-C in a
+    terminal would: SIGINT gets its default action back.  A suite run as a
+    background job of a shell without job control (``cmd &`` in a script)
+    starts with SIGINT ignored, every child inherits that, and Python keeps an
+    ignored SIGINT ignored, so the test would wait for an exit that never comes."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -29,6 +29,7 @@ from celery_redislock.servers import free_port
 from celery_redislock.settings import client_for
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import worker_factory
+from tests.processes import interruptible
 from tests.waiting import wait_for
 
 prometheus = pytest.importorskip(
@@ -86,7 +87,7 @@ def exporter(redis_url: str, prefix: str) -> Iterator[int]:
          "--host", "127.0.0.1"],
         cwd=ROOT, env={**os.environ, "REDISLOCK_TEST_REDIS": redis_url,
                        "REDISLOCK_TEST_PREFIX": prefix},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=interruptible,
     )  # fmt: skip
     try:
         yield port

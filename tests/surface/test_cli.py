@@ -40,7 +40,7 @@ from example_worker.demo import stop_group, worker_process
 from example_worker.producer import wait_for_workers
 from example_worker.records import Recorder
 from tests import cli_app
-from tests.processes import reap
+from tests.processes import interruptible, reap
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -725,6 +725,7 @@ def test_status_top_watch_in_a_real_celery_process_until_sigint(
         [sys.executable, "-m", "celery", "-A", "tests.cli_app", "redislock", "status",
          "--top", "3", "--watch", "0.2"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=interruptible,
     )  # fmt: skip
     lines: list[str] = []
     assert proc.stdout is not None and proc.stderr is not None

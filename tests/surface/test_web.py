@@ -31,7 +31,7 @@ import redis
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
 from celery_redislock.servers import free_port
 from celery_redislock.web import allowed_host
-from tests.processes import reap
+from tests.processes import interruptible, reap
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +115,7 @@ def serve(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[Callable[...,
                 [sys.executable, "-m", "celery", "-A", "tests.cli_app", "redislock",
                  "--url", redis_url, "--prefix", prefix, "web", "--port", str(port), *options],
                 cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
+                preexec_fn=interruptible,
             )  # fmt: skip
         views.append(View(proc, port, log))
         return views[-1]
