@@ -42,11 +42,13 @@
 --                     body starts, so starts keep the rate, not only admissions
 --   KEYS[16] msgs     HASH  task id -> its stored message (the envelope, opaque
 --                     JSON, about 2 KB), for every id in PARKED or INFLIGHT:
---                     written once when the task is first parked or
---                     reserved, read only to hand it out (a promotion, a
---                     drop, a listing) and deleted when the id leaves both,
---                     so the entries that promotion reads and rewrites stay
---                     small (see message()).
+--                     written when the task is parked or reserved with a
+--                     message (entry_string()), read only to hand it out (a
+--                     promotion, a drop, an expired or unclaimed task, a
+--                     listing: message()) and deleted when the id is in
+--                     neither; the key goes when the name has nothing parked
+--                     or in flight (next_due()).  So the entries that
+--                     promotion reads and rewrites stay small.
 --   KEYS[17] index    ZSET  name -> Redis time (ms) at which the sweeper should
 --                     look at the name.  Only on a single server: on a
 --                     cluster it lives in another slot, so it is left out of
