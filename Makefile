@@ -6,7 +6,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3.10 python3; 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-embedded test-matrix test-versions test-min test-testing-extra lint bench faults clean
+.PHONY: demo test test-embedded test-matrix test-versions test-min test-testing-extra test-fresh-install lint bench faults clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python >= 3.10 is required" >&2; exit 1; }
@@ -68,6 +68,11 @@ test-testing-extra:
 	.venv-testing/bin/python -m pip install -q -e '.[testing]'
 	! .venv-testing/bin/python -c 'import pytest_celery' 2>/dev/null
 	.venv-testing/bin/python -m devtools.docs_example docs/testing.md test_reports.py
+
+# The README's first step as a new user takes it: a fresh virtualenv with only
+# `pip install .`, the README's minimal app on a real worker (devtools/fresh_install.py).
+test-fresh-install: $(VENV)/.installed
+	$(PY) -m devtools.fresh_install
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check celery_redislock tests benchmarks example_worker devtools

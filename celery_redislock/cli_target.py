@@ -24,11 +24,12 @@ from typing import Any
 import click
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
+from .core.address import address_of
 from .core.connection import client_from_url, redact
 from .core.inspection import LeaseSetState
 from .core.keys import validate_prefix
 from .diagnose import diagnose, one_line
-from .settings import Settings, settings_from_app
+from .settings import Settings, settings_from_app, where
 
 __all__ = [
     "MASTER_HELP",
@@ -198,15 +199,18 @@ def _target(app: Any, url: str | None, prefix: str | None, master_name: str | No
     options = dict(settings.transport_options)
     if master_name is not None:
         options["master_name"] = master_name
-    shown = redact(settings.url)
     try:
         prefix = validate_prefix(prefix or settings.prefix)
         client = client_from_url(settings.url, options)
     except (TypeError, ValueError) as exc:
         raise Mistake(one_line(str(exc), 1000)) from None
     except (RedisError, RedisClusterException) as exc:  # a cluster client connects when built
-        raise _failure(exc, f"{shown} ({settings.url_origin})", None) from None
-    return Target(client, shown, prefix, app, settings.url_origin)
+        raise _failure(exc, where(settings), None) from None
+    if settings.from_factory:  # the Redis the factory's client uses, not the URL it was given
+        shown, origin = address_of(client), "the client of setting redislock_client_factory"
+    else:
+        shown, origin = redact(settings.url), settings.url_origin
+    return Target(client, shown, prefix, app, origin)
 
 
 def _failure(exc: BaseException, where: str, client: Any) -> click.ClickException:

@@ -1,7 +1,11 @@
 """Enqueue-time de-duplication: at most one queued-or-running message per key.
 
-The marker ``<prefix>:{<name>}:enqueued`` holds the task id of the message
-that claimed it.  It is claimed in ``apply_async`` (one ``dedupe.lua`` call)
+The marker ``<prefix>:{<name>}:enqueued:<task name>`` holds the task id of
+the message that claimed it.  It is per task name: two tasks whose keys give
+the same name (``send_invoice`` and ``send_receipt``, both ``"{a}:{b}"``)
+never take each other's call for a duplicate, as in celery-once and
+celery-singleton, whose keys hold the task name too.  (Their run-time lock
+is shared: one name, one lock.)  It is claimed in ``apply_async`` (one ``dedupe.lua`` call)
 and the message carries the header ``redislock_dedupe`` saying so; retries and
 requeues of the same task id keep it; it is cleared (only by that task id)
 when the task finishes, is skipped, fails, is revoked or expires before
@@ -46,8 +50,8 @@ __all__ = [
 log = logging.getLogger("celery_redislock")
 
 
-def marker_key(prefix: str, name: str) -> str:
-    return LeaseKeys(prefix, name).dedupe_marker
+def marker_key(prefix: str, name: str, task_name: str) -> str:
+    return LeaseKeys(prefix, name).dedupe_marker(task_name)
 
 
 def marker_ttl(dedupe_ttl: float, options: Mapping[str, Any]) -> float:
@@ -66,15 +70,19 @@ def marker_ttl(dedupe_ttl: float, options: Mapping[str, Any]) -> float:
     return dedupe_ttl + delay
 
 
-def claim(client: Any, prefix: str, name: str, task_id: str, ttl: float) -> str | None:
-    """Claim the marker for ``task_id``: None if claimed, else the holder's task id."""
-    ok, holder = DEDUPE(client, [marker_key(prefix, name)], ["claim", task_id, int(ttl * 1000)])
+def claim(
+    client: Any, prefix: str, name: str, task_name: str, task_id: str, ttl: float
+) -> str | None:
+    """Claim the marker of ``task_name`` for ``task_id``: None if claimed, else
+    the holder's task id."""
+    key = marker_key(prefix, name, task_name)
+    ok, holder = DEDUPE(client, [key], ["claim", task_id, int(ttl * 1000)])
     return None if int(ok) else text(holder)
 
 
-def clear(client: Any, prefix: str, name: str, task_id: str) -> bool:
-    """Delete the marker if ``task_id`` holds it."""
-    return bool(DEDUPE(client, [marker_key(prefix, name)], ["clear", task_id, 0]))
+def clear(client: Any, prefix: str, name: str, task_name: str, task_id: str) -> bool:
+    """Delete the marker of ``task_name`` if ``task_id`` holds it."""
+    return bool(DEDUPE(client, [marker_key(prefix, name, task_name)], ["clear", task_id, 0]))
 
 
 def claim_for_call(task: Any, name: str, task_id: str, options: Mapping[str, Any]) -> str | None:
@@ -85,7 +93,7 @@ def claim_for_call(task: Any, name: str, task_id: str, options: Mapping[str, Any
     """
     client, settings = client_for(task.app)
     ttl = marker_ttl(task.lock_dedupe_ttl, options)
-    holder = claim(client, settings.prefix, name, task_id, ttl)
+    holder = claim(client, settings.prefix, name, task.name, task_id, ttl)
     if holder is not None:
         log.info(
             "%s: not enqueued, %r already has message %s queued or running (dedupe)",
@@ -105,7 +113,7 @@ def claim_window(task: Any, name: str, task_id: str) -> str | None:
     to be published.  None if claimed; else the task id of the message that
     opened the window, after a log line and ``lock_contended(policy="throttle")``."""
     client, settings = client_for(task.app)
-    key = LeaseKeys(settings.prefix, name).throttle_marker
+    key = LeaseKeys(settings.prefix, name).throttle_marker(task.name)
     ok, holder = DEDUPE(client, [key], ["claim", task_id, int(task.lock_throttle * 1000)])
     if int(ok):
         return None
@@ -124,7 +132,7 @@ def clear_for(task: Any, task_id: str, args: Any, kwargs: Any) -> bool:
     try:
         name = task.redislock_name(args, kwargs)
         client, settings = client_for(task.app)
-        return clear(client, settings.prefix, name, task_id)
+        return clear(client, settings.prefix, name, task.name, task_id)
     except (TypeError, ValueError):
         return False  # no key for these arguments: no marker was claimed
     except RedisError as exc:

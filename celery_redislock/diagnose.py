@@ -27,8 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import MasterNotFoundError
 
-from .core.connection import redact
-from .settings import settings_from_app
+from .settings import client_for, where
 
 __all__ = [
     "Diagnosis",
@@ -146,10 +145,10 @@ def fail_closed(app: Any, task: str, task_id: str, lock: str, exc: BaseException
     with contextlib.suppress(AttributeError):
         setattr(exc, "_redislock_failed_closed", True)  # noqa: B010 (a marker, see FailedClosed)
     try:
-        settings = settings_from_app(app)
-        where = f"{redact(settings.url)} ({settings.url_origin})"
-    except (TypeError, ValueError):
-        where = "the lock Redis (setting redislock_url)"
-    found = diagnose(exc, where)
+        client, settings = client_for(app)
+        place = where(settings, client)
+    except (TypeError, ValueError, RedisError, RedisClusterException):
+        place = "the lock Redis (setting redislock_url)"
+    found = diagnose(exc, place)
     what = "unreachable" if found.unreachable else "refused"
     return f"{task}[{task_id}] not run, lock {lock!r}: Redis {what} (fail closed): {found.message}"

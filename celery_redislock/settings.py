@@ -27,6 +27,24 @@ process (:func:`client_for` caches the result); a bad value is a
 ``ValueError`` naming the setting.  The README's settings table lists the
 same settings (a test compares them).
 
+**Where a setting is read from**, in every form ``config_from_object``
+accepts (:func:`setting`): the lower-case name (``redislock_url``); under a
+namespace (``config_from_object(..., namespace="CELERY")``) the prefixed
+upper-case name (``CELERY_REDISLOCK_URL``); without a namespace also the
+old-style upper-case names ``REDISLOCK_URL`` and ``CELERY_REDISLOCK_URL``
+(Django projects that load their settings without a namespace).  Two forms
+with different values are a ``ValueError``.  A setting that looks like ours
+but is read in no form (misspelt, or a prefix the namespace does not use) is
+named by :func:`unread_settings`, which the worker logs at start.
+
+**The broker** behind the default ``redislock_url`` is resolved as Celery
+resolves it (``app.conf.broker_write_url``: ``CELERY_BROKER_WRITE_URL``,
+``broker_write_url``, ``CELERY_BROKER_URL`` (which ``celery -b`` sets),
+``broker_url``).  Of a failover list (``redis://a;redis://b`` or a list) the
+locks use the first URL only: a lock must live on one server, and a lock
+taken on a failover server would not exclude a holder on the first.  A
+``sentinel://`` list is one Sentinel set, kept whole.
+
 A ``sentinel://`` ``redislock_url`` of its own takes the Sentinel options
 (``master_name``...) from ``redislock_transport_options``, else from
 ``broker_transport_options``; no other broker option is inherited by a URL
@@ -35,17 +53,48 @@ of its own.
 
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .core.connection import client_from_url, scheme_of
+from .core.address import address_of
+from .core.connection import client_from_url, redact, scheme_of
 from .core.keys import DEFAULT_PREFIX, validate_prefix
 from .core.park import ParkConfig
 
-__all__ = ["Settings", "client_for", "park_settings", "reset", "settings_for", "settings_from_app"]
+__all__ = [
+    "SETTINGS",
+    "Settings",
+    "broker_url",
+    "client_for",
+    "park_settings",
+    "reset",
+    "setting",
+    "settings_for",
+    "settings_from_app",
+    "unread_settings",
+    "where",
+]
+
+#: every setting this module reads (the README's table lists the same)
+SETTINGS = (
+    "redislock_url",
+    "redislock_prefix",
+    "redislock_default_ttl",
+    "redislock_transport_options",
+    "redislock_client_factory",
+    "redislock_park_deadline",
+    "redislock_park_max",
+    "redislock_park_max_total",
+    "redislock_park_sweep_interval",
+    "redislock_park_max_publishes",
+    "redislock_allow_green_pool",
+    "redislock_metrics_port",
+    "redislock_metrics_host",
+)
 
 # Broker URL schemes that name a Redis (kombu's, and the result backend's socket forms).
 _BROKER_SCHEMES = ("redis", "rediss", "redis+socket", "socket", "unix", "sentinel")
@@ -59,8 +108,10 @@ class Settings:
     prefix: str = DEFAULT_PREFIX
     default_ttl: float = 30.0
     transport_options: Mapping[str, Any] = field(default_factory=dict)
-    #: where ``url`` came from, for messages: ``"redislock_url"``, ``"broker_url"``
-    #: (``redislock_url`` unset) or ``"--url"`` (the CLI)
+    #: where ``url`` came from, for messages: the form of ``redislock_url`` that
+    #: was read (``"REDISLOCK_URL"``...), the broker setting or variable
+    #: behind it (``"broker_url"``, ``"CELERY_BROKER_URL"``...; ``redislock_url``
+    #: unset) or ``"--url"`` (the CLI)
     url_setting: str = "redislock_url"
     park: ParkConfig = field(default_factory=ParkConfig)
     allow_green_pool: bool = False
@@ -71,11 +122,127 @@ class Settings:
     @property
     def url_origin(self) -> str:
         """Names the setting behind :attr:`url`, e.g. ``setting redislock_url``."""
-        if self.url_setting == "broker_url":
-            return "setting redislock_url (unset, so the broker_url is used)"
+        if self.is_broker:
+            return f"setting redislock_url unset, so the broker's is used: {self.url_setting}"
         if self.url_setting.startswith("-"):
             return f"option {self.url_setting}"
         return f"setting {self.url_setting}"
+
+    @property
+    def is_broker(self) -> bool:
+        """Whether :attr:`url` is the broker's (``redislock_url`` unset)."""
+        return self.url_setting in _BROKER_SOURCES
+
+    @property
+    def from_factory(self) -> bool:
+        """Whether ``redislock_client_factory`` builds the client (then :attr:`url`
+        is only what the factory is given, not necessarily where it connects)."""
+        return "client_factory" in self.transport_options
+
+
+# Where Celery's ``broker_write_url`` comes from, in the order Celery reads them.
+_BROKER_SOURCES = {
+    "CELERY_BROKER_WRITE_URL": "CELERY_BROKER_WRITE_URL in the environment",
+    "broker_write_url": "setting broker_write_url",
+    "CELERY_BROKER_URL": "CELERY_BROKER_URL in the environment (celery -b sets it)",
+    "broker_url": "setting broker_url",
+}
+
+
+def _forms(conf: Any, name: str) -> tuple[str, ...]:
+    """The keys ``name`` is read from in ``conf`` (see the module docstring)."""
+    conf.get(name)  # a read loads a pending configuration, and with it the namespace
+    namespace = getattr(conf, "prefix", None)  # "CELERY_" under namespace="CELERY"
+    if namespace:
+        prefixed = namespace + name
+        return (prefixed.upper() if namespace.isupper() else prefixed.lower(), name)
+    return (name, name.upper(), "CELERY_" + name.upper())
+
+
+def _raw(conf: Any, key: str) -> Any:
+    """``conf[key]`` exactly as written (no namespace added), or a miss."""
+    for layer in getattr(conf, "maps", None) or [conf]:
+        try:
+            return layer[key]
+        except (KeyError, AttributeError):
+            continue
+    return _MISSING
+
+
+_MISSING = object()
+
+
+def setting(conf: Any, name: str, default: Any = None) -> tuple[Any, str]:
+    """``(value, the key it was read from)`` of our setting ``name`` (lower-case,
+    e.g. ``"redislock_url"``) in every form the app's configuration accepts;
+    ``(default, name)`` when unset.  Two forms with different values are a
+    ``ValueError`` naming both."""
+    values = ((key, _raw(conf, key)) for key in _forms(conf, name))
+    found = [(key, value) for key, value in values if value is not _MISSING]
+    if not found:
+        return default, name
+    (key, value), *others = found
+    for other, other_value in others:
+        if other_value != value:
+            raise ValueError(
+                f"{key} and {other} are both set, to different values ({value!r} and "
+                f"{other_value!r}): keep one"
+            )
+    return value, key
+
+
+def unread_settings(app: Any) -> list[str]:
+    """One line per setting of ``app`` that looks like ours (its name holds
+    ``redislock``) but is read in no form: misspelt, or under a prefix the
+    app's namespace does not use.  Each names the form that works."""
+    conf = app.conf
+    read = {key for name in SETTINGS for key in _forms(conf, name)}
+    lines = []
+    for key in sorted({str(k) for layer in getattr(conf, "maps", [conf]) for k in layer}):
+        if "redislock" not in key.lower() or key in read:
+            continue
+        base = key.lower().removeprefix("celery_")
+        guess = [base] if base in SETTINGS else _closest(base)
+        if not guess:
+            lines.append(f"celery-redislock: setting {key} is not read (no such setting)")
+            continue
+        right = " or ".join(f for f in _forms(conf, guess[0]) if f.isupper() == key.isupper())
+        why = "misspelt" if base not in SETTINGS else "not the form this app reads"
+        lines.append(f"celery-redislock: setting {key} is not read ({why}): write {right}")
+    return lines
+
+
+def _closest(key: str) -> list[str]:
+    """The setting ``key`` (lower-case, not ours) most likely meant: one whose
+    words include all of its words (``redislock_ttl``: ``redislock_default_ttl``),
+    else the closest spelling (``redislock_park_mx``: ``redislock_park_max``)."""
+    words = set(key.split("_"))
+    covering = [name for name in SETTINGS if words <= set(name.split("_"))]
+    tails = {name.removeprefix("redislock_"): name for name in SETTINGS}
+    close = difflib.get_close_matches(key.removeprefix("redislock_"), tails, 1, 0.75)
+    return covering[:1] or [tails[tail] for tail in close]
+
+
+def _broker(conf: Any) -> tuple[str, str]:
+    """The broker URL Celery writes to, resolved as Celery resolves it, and
+    where it came from (a key of :data:`_BROKER_SOURCES`)."""
+    for source in _BROKER_SOURCES:
+        value = os.environ.get(source) if source.isupper() else conf.get(source)
+        if value:
+            break
+    else:
+        return "", "broker_url"
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else ""
+    if isinstance(value, str) and ";" in value and scheme_of(value) != "sentinel":
+        value = value.split(";", 1)[0].strip()  # the first of a failover list
+    return (value if isinstance(value, str) else ""), source
+
+
+def broker_url(app: Any) -> str:
+    """The URL of ``app``'s broker, as Celery resolves it (the first of a
+    failover list); ``""`` when none is set."""
+    return _broker(app.conf)[0]
 
 
 def settings_from_app(app: Any, url: str | None = None) -> Settings:
@@ -85,53 +252,65 @@ def settings_from_app(app: Any, url: str | None = None) -> Settings:
     Sentinel options of the app's settings when it is a ``sentinel://`` URL.
     """
     conf = app.conf
-    setting = "--url" if url else "redislock_url"
-    url = url or conf.get("redislock_url")
-    transport_options = dict(conf.get("redislock_transport_options") or {})
+    if url:
+        setting_name = "--url"
+    else:
+        url, setting_name = setting(conf, "redislock_url")
+    transport_options = dict(setting(conf, "redislock_transport_options")[0] or {})
     if not url:
-        broker = conf.get("broker_url") or ""
-        if isinstance(broker, str) and scheme_of(broker) in _BROKER_SCHEMES:
-            url, setting = broker, "broker_url"
+        broker, source = _broker(conf)
+        if scheme_of(broker) in _BROKER_SCHEMES:
+            url, setting_name = broker, source
             transport_options = {**_broker_connection_options(conf), **transport_options}
         else:
+            shown = f"{scheme_of(broker)}:// ({_BROKER_SOURCES[source]})" if broker else "(none)"
             raise ValueError(
                 "celery-redislock needs a Redis: set redislock_url in the Celery config "
-                f"(the broker {scheme_of(broker) + '://' if broker else '(none)'} "
-                "is not Redis, so it cannot be the default)"
+                f"(the broker {shown} is not Redis, so it cannot be the default)"
             )
     elif scheme_of(url) == "sentinel":
         broker_transport = conf.get("broker_transport_options") or {}
         for key in _SENTINEL_KEYS:
             if key not in transport_options and key in broker_transport:
                 transport_options[key] = broker_transport[key]
-    if setting == "--url" and scheme_of(url) != "sentinel":
+    if setting_name == "--url" and scheme_of(url) != "sentinel":
         # Options written for the app's own Redis may not fit another URL.
         for key in _SENTINEL_KEYS:
             transport_options.pop(key, None)
-    ttl = conf.get("redislock_default_ttl", 30.0)
+    ttl, ttl_key = setting(conf, "redislock_default_ttl", 30.0)
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
-        raise ValueError(f"redislock_default_ttl must be a positive number of seconds: {ttl!r}")
-    factory = conf.get("redislock_client_factory")
+        raise ValueError(f"{ttl_key} must be a positive number of seconds: {ttl!r}")
+    factory = setting(conf, "redislock_client_factory")[0]
     if factory is not None:
         transport_options["client_factory"] = factory
     return Settings(
         url=url,
-        prefix=validate_prefix(conf.get("redislock_prefix", DEFAULT_PREFIX)),
+        prefix=validate_prefix(setting(conf, "redislock_prefix", DEFAULT_PREFIX)[0]),
         default_ttl=float(ttl),
         transport_options=transport_options,
-        url_setting=setting,
+        url_setting=setting_name,
         park=park_settings(app),
-        allow_green_pool=bool(conf.get("redislock_allow_green_pool", False)),
+        allow_green_pool=bool(setting(conf, "redislock_allow_green_pool", False)[0]),
         **metrics_settings(app),
     )
+
+
+def where(settings: Settings, client: Any = None) -> str:
+    """The Redis ``settings`` name, for messages: the redacted URL and the
+    setting it came from; with ``redislock_client_factory``, the address the
+    factory's ``client`` connects to (``settings.url`` is only what the
+    factory was given)."""
+    if settings.from_factory and client is not None:
+        return f"{address_of(client)} (the client of setting redislock_client_factory)"
+    return f"{redact(settings.url)} ({settings.url_origin})"
 
 
 def metrics_settings(app: Any) -> dict[str, Any]:
     """``redislock_metrics_port`` (an int 1..65535, or None: off) and
     ``redislock_metrics_host`` (default ``"0.0.0.0"``), validated."""
     conf = app.conf
-    port = conf.get("redislock_metrics_port")
-    host = conf.get("redislock_metrics_host", "0.0.0.0")
+    port = setting(conf, "redislock_metrics_port")[0]
+    host = setting(conf, "redislock_metrics_host", "0.0.0.0")[0]
     if port is not None and (
         isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536
     ):
@@ -145,11 +324,11 @@ def park_settings(app: Any) -> ParkConfig:
     """``redislock_park_deadline``, ``redislock_park_max``, ``redislock_park_max_total``,
     ``redislock_park_sweep_interval``, ``redislock_park_max_publishes``, validated."""
     conf = app.conf
-    deadline = conf.get("redislock_park_deadline", 60.0)
-    max_parked = conf.get("redislock_park_max", 0) or 0
-    max_total = conf.get("redislock_park_max_total", 0) or 0
-    interval = conf.get("redislock_park_sweep_interval", 1.0)
-    max_publishes = conf.get("redislock_park_max_publishes", 10)
+    deadline = setting(conf, "redislock_park_deadline", 60.0)[0]
+    max_parked = setting(conf, "redislock_park_max", 0)[0] or 0
+    max_total = setting(conf, "redislock_park_max_total", 0)[0] or 0
+    interval = setting(conf, "redislock_park_sweep_interval", 1.0)[0]
+    max_publishes = setting(conf, "redislock_park_max_publishes", 10)[0]
     seconds = (("redislock_park_deadline", deadline), ("redislock_park_sweep_interval", interval))
     for what, value in seconds:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

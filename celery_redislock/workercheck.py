@@ -24,10 +24,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError, RedisClusterException, RedisError
 from redis.retry import Retry
 
-from .core.connection import client_from_url, redact
+from .core.connection import client_from_url
 from .core.lock import RedisLock
 from .diagnose import diagnose
-from .settings import Settings, settings_from_app
+from .settings import Settings, settings_from_app, unread_settings
+from .settings import where as where_of
 
 __all__ = ["MIN_REDIS_VERSION", "PROBE_NAME", "check_app", "check_at_start", "check_settings"]
 
@@ -50,27 +51,35 @@ def check_app(app: Any) -> list[str]:
 
 def check_settings(settings: Settings) -> list[str]:
     """The problems of the Redis ``settings`` name, one line each."""
-    where = f"{redact(settings.url)} ({settings.url_origin})"
+    return _check(settings)[0]
+
+
+def _check(settings: Settings) -> tuple[list[str], str]:
+    """The problems of the Redis ``settings`` name, and that Redis named for
+    messages (with a client factory: where its client connects)."""
+    where = where_of(settings)
     options = dict(settings.transport_options)
     if "client_factory" not in options:
         options.setdefault("retry", Retry(NoBackoff(), 0))  # one ping, not four
     try:
         client = client_from_url(settings.url, options)
     except (TypeError, ValueError) as exc:
-        return [f"celery-redislock: bad lock Redis {where}: {exc}{_CONSEQUENCE}"]
+        return [f"celery-redislock: bad lock Redis {where}: {exc}{_CONSEQUENCE}"], where
     except (RedisError, RedisClusterException) as exc:  # a cluster client connects when built
-        return [f"celery-redislock: {diagnose(exc, where).message}{_CONSEQUENCE}"]
+        return [f"celery-redislock: {diagnose(exc, where).message}{_CONSEQUENCE}"], where
+    where = where_of(settings, client)
     try:
         client.ping()
         problems = _version_problems(client, where)
         probe = RedisLock(client, PROBE_NAME, ttl=10.0, prefix=settings.prefix)
         if probe.acquire(blocking=False):  # False: another worker's probe holds it
             probe.release()
-        return problems
+        return problems, where
     except (RedisError, RedisClusterException) as exc:
-        return [f"celery-redislock: {diagnose(exc, where, client).message}{_CONSEQUENCE}"]
+        return [f"celery-redislock: {diagnose(exc, where, client).message}{_CONSEQUENCE}"], where
     finally:
-        client.close()
+        if not settings.from_factory:  # the factory's client may be shared: not ours to close
+            client.close()
 
 
 def _version_problems(client: Any, where: str) -> list[str]:
@@ -94,14 +103,17 @@ def _version_problems(client: Any, where: str) -> list[str]:
 
 def check_at_start(app: Any) -> None:
     """At worker start (worker.py), for an app with guarded tasks: log each
-    problem as one WARNING, or that the lock Redis is reachable."""
-    problems = check_app(app)
+    problem as one WARNING (a setting that looks like ours but is not read
+    is one), or that the lock Redis is reachable, naming it."""
+    for line in unread_settings(app):
+        log.warning("%s", line)
+    try:
+        settings = settings_from_app(app)
+    except (TypeError, ValueError) as exc:
+        log.warning("celery-redislock: %s%s", exc, _CONSEQUENCE)
+        return
+    problems, where = _check(settings)
     for problem in problems:
         log.warning("%s", problem)
     if not problems:
-        settings = settings_from_app(app)
-        log.info(
-            "celery-redislock: lock Redis at %s (%s) reachable",
-            redact(settings.url),
-            settings.url_origin,
-        )
+        log.info("celery-redislock: lock Redis at %s reachable", where)

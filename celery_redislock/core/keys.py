@@ -10,8 +10,9 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:qinfo     HASH  waiting owner -> wait lease, ttl, limit, meta
     <prefix>:{<name>}:wake:<owner>  LIST  hand-off signal for one waiter
     <prefix>:{<name>}:override  HASH  run-time overrides of the limit and rate (override.py)
-    <prefix>:{<name>}:enqueued  STR   lock_dedupe marker (dedupe.lua)
-    <prefix>:{<name>}:throttle  STR   the window of lock_throttle without trailing (dedupe.lua)
+    <prefix>:{<name>}:enqueued:<task name>  STR  lock_dedupe marker of one task (dedupe.lua)
+    <prefix>:{<name>}:throttle:<task name>  STR  the window of lock_throttle without
+                                trailing, of one task (dedupe.lua)
     <prefix>:{<name>}:rate      STR   the rate's theoretical arrival time (rate_common.lua)
     <prefix>:{<name>}:pause     STR   present while starts of the name are paused
     <prefix>:{<name>}:started   STR   the schedule of the name's starts (rate_common.lua)
@@ -123,13 +124,12 @@ class LeaseKeys:
     def override(self) -> str:
         return f"{self.base}:override"
 
-    @property
-    def dedupe_marker(self) -> str:
-        return f"{self.base}:enqueued"
+    def dedupe_marker(self, task_name: str) -> str:
+        """Per task name: two tasks whose keys give one name never share a marker."""
+        return f"{self.base}:enqueued:{task_name}"
 
-    @property
-    def throttle_marker(self) -> str:
-        return f"{self.base}:throttle"
+    def throttle_marker(self, task_name: str) -> str:
+        return f"{self.base}:throttle:{task_name}"
 
     def lease_keys(self) -> list[str]:
         """The seven keys of a lease set, in the order common.lua documents."""

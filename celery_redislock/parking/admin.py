@@ -63,10 +63,11 @@ def discard(
         removed += 1
         if dropped.where == "inflight":  # its message is in the broker: it must not run
             parking.record_revoke(task_id)
+        envelope = json_loads(dropped.envelope)
         if app is not None:
-            never_runs(app, parking, task_id, "discarded", json_loads(dropped.envelope))
+            never_runs(app, parking, task_id, "discarded", envelope)
         else:
-            dedupe.clear(client, prefix, name, task_id)
+            dedupe.clear(client, prefix, name, envelope.get("task") or "", task_id)
     return removed
 
 

@@ -134,8 +134,9 @@ def _dropped(
 ) -> None:
     """Give the enqueue marker (``lock_dedupe``) back, so later calls of its key
     are published, and send ``lock_dropped``."""
-    dedupe.clear(parking.client, parking.prefix, parking.name, task_id)
-    task = app.tasks.get((envelope or {}).get("task") or "")
+    task_name = (envelope or {}).get("task") or ""
+    dedupe.clear(parking.client, parking.prefix, parking.name, task_name, task_id)
+    task = app.tasks.get(task_name)
     signals.lock_dropped.send(
         sender=task, task_id=task_id, name=parking.name,
         kind=getattr(task, "_redislock_kind", "semaphore"), reason=reason,

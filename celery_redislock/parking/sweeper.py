@@ -28,7 +28,7 @@ from ..core.heartbeat import is_cluster
 from ..core.keys import park_wake_channel
 from ..core.park import due_names
 from ..request import WATCHER
-from ..settings import client_for
+from ..settings import broker_url, client_for
 from .promotion import promote, release_dead_holders
 
 __all__ = ["Sweeper", "start_sweeper", "stop_sweepers"]
@@ -158,7 +158,7 @@ def _warn_if_volatile(app: Any) -> None:
     """Warn when parked tasks would die with a lock Redis that persists nothing."""
     try:
         client, settings = client_for(app)
-        if settings.url == app.conf.get("broker_url"):
+        if not settings.from_factory and settings.url == broker_url(app):
             return
         save = client.config_get("save").get("save", "")
         aof = client.config_get("appendonly").get("appendonly", "no")

@@ -65,7 +65,7 @@ def test_eager_call_claims_the_marker_while_it_runs_and_clears_it(
     @unique_task(app, bind=True, base=LockedTask, lock_key="dd:{key}", lock_dedupe=True)
     def refresh(self: Any, key: int, again: bool = False) -> Any:
         runs.append(self.request.id)
-        marker = redis_client.get(marker_key(prefix, f"dd:{key}"))
+        marker = redis_client.get(marker_key(prefix, f"dd:{key}", refresh.name))
         nested = refresh.delay(key).id if again else None  # a duplicate made while running
         return marker.decode() if marker else None, nested
 
@@ -74,7 +74,8 @@ def test_eager_call_claims_the_marker_while_it_runs_and_clears_it(
     assert marker == result.id  # claimed by this call, as a published one would
     assert nested == result.id  # the duplicate got this call's result, and did not run
     assert runs == [result.id]
-    assert not redis_client.exists(marker_key(prefix, "dd:1"))  # cleared when it returned
+    # cleared when it returned
+    assert not redis_client.exists(marker_key(prefix, "dd:1", refresh.name))
     assert refresh.delay(1).id != result.id and len(runs) == 2  # so the next call runs
 
 
@@ -87,11 +88,11 @@ def test_eager_call_meets_a_message_queued_elsewhere(
     def refresh(key: int) -> None:
         runs.append(key)
 
-    assert claim(redis_client, prefix, "dd:2", "queued-by-a-web-process", 60) is None
+    assert claim(redis_client, prefix, "dd:2", refresh.name, "queued-by-a-web-process", 60) is None
     result = refresh.delay(2)
     assert result.id == "queued-by-a-web-process" and runs == []
     assert refresh.apply_async((2,), lock_dedupe=False).state == "SUCCESS" and runs == [2]
-    assert redis_client.get(marker_key(prefix, "dd:2")) == b"queued-by-a-web-process"
+    assert redis_client.get(marker_key(prefix, "dd:2", refresh.name)) == b"queued-by-a-web-process"
 
 
 @pytest.mark.parametrize("propagate", [False, True])
@@ -103,7 +104,7 @@ def test_eager_failure_clears_the_marker(
 
     @unique_task(app, base=LockedTask, lock_key="dd:{key}", lock_dedupe=True)
     def failing(key: int) -> None:
-        seen.append(redis_client.get(marker_key(prefix, f"dd:{key}")))
+        seen.append(redis_client.get(marker_key(prefix, f"dd:{key}", failing.name)))
         raise ValueError("failing on purpose")
 
     if propagate:
@@ -112,7 +113,7 @@ def test_eager_failure_clears_the_marker(
     else:
         assert failing.delay(3).state == "FAILURE"
     assert seen[0] is not None  # held while it ran
-    assert not redis_client.exists(marker_key(prefix, "dd:3"))
+    assert not redis_client.exists(marker_key(prefix, "dd:3", failing.name))
 
 
 def test_eager_retry_keeps_the_marker_then_clears_it(
@@ -123,7 +124,8 @@ def test_eager_retry_keeps_the_marker_then_clears_it(
     @unique_task(app, bind=True, base=LockedTask, lock_key="dd:{key}", lock_dedupe=True,
                  max_retries=1)  # fmt: skip
     def flaky(self: Any, key: int) -> int:
-        seen.append((self.request.retries, redis_client.get(marker_key(prefix, f"dd:{key}"))))
+        marker = redis_client.get(marker_key(prefix, f"dd:{key}", flaky.name))
+        seen.append((self.request.retries, marker))
         if self.request.retries == 0:
             raise self.retry(countdown=0)
         return int(self.request.retries)
@@ -131,7 +133,7 @@ def test_eager_retry_keeps_the_marker_then_clears_it(
     result = flaky.delay(6)
     assert result.get() == 1
     assert seen == [(0, result.id.encode()), (1, result.id.encode())]  # kept through the retry
-    assert not redis_client.exists(marker_key(prefix, "dd:6"))
+    assert not redis_client.exists(marker_key(prefix, "dd:6", flaky.name))
 
 
 # -- eager locks and limits ---------------------------------------------------------
@@ -199,14 +201,15 @@ def test_apply_inside_an_except_block_is_not_taken_for_a_retry(
         return "done"
 
     task_id = uuid.uuid4().hex
-    assert claim(redis_client, prefix, "r:4", task_id, 60) is None
+    assert claim(redis_client, prefix, "r:4", plain.name, task_id, 60) is None
     try:
         raise Retry("an outer retry being handled")
     except Retry:
         result = plain.apply((4,), task_id=task_id, headers={HEADER_DEDUPE: 1})
     assert result.get() == "done"
     assert [s["reason"] for s in released if s["task_id"] == task_id] == ["finished"]
-    assert not redis_client.exists(marker_key(prefix, "r:4"))  # cleared: the task finished
+    # cleared: the task finished
+    assert not redis_client.exists(marker_key(prefix, "r:4", plain.name))
     assert RedisLock(redis_client, "r:4", prefix=prefix).holders() == []
 
 

@@ -335,7 +335,7 @@ def test_child_sigkill_also_clears_the_enqueue_marker(
     result = task.delay(key, 60)
     assert task.delay(key, 60).id == result.id  # de-duplicated while queued or running
     start = wait_until_running(app, "refresh_dedupe", key)
-    marker = marker_key(config["prefix"], f"dedupe:{key}")
+    marker = marker_key(config["prefix"], f"dedupe:{key}", task.name)
     assert redis_client.get(marker) == result.id.encode()
     os.kill(start["pid"], signal.SIGKILL)
     wait_for(lambda: not redis_client.exists(marker), 10, message="marker cleared")
@@ -348,7 +348,7 @@ def test_revoked_before_it_ran_clears_the_enqueue_marker(
 ) -> None:
     task = app.tasks["basic.refresh_dedupe"]
     result = task.apply_async((key, 0.01), countdown=2)
-    marker = marker_key(config["prefix"], f"dedupe:{key}")
+    marker = marker_key(config["prefix"], f"dedupe:{key}", task.name)
     assert redis_client.get(marker) == result.id.encode()
     assert 600 < redis_client.pttl(marker) / 1000 <= 602  # TTL covers the countdown
     result.revoke()

@@ -77,7 +77,7 @@ def test_stampede_with_enqueue_dedupe_publishes_one_message(
     task = app.tasks["basic.refresh_dedupe"]
     results = [task.delay(8, 120, True) for _ in range(100)]
     assert len({r.id for r in results}) == 1  # 99 calls returned the first message's result
-    marker = marker_key(config["prefix"], "dedupe:8")
+    marker = marker_key(config["prefix"], "dedupe:8", task.name)
     assert redis_client.get(marker) == results[0].id.encode()
     open_gate(redis_client, config, 8)
     results[0].get(timeout=60)

@@ -104,8 +104,8 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
         liveness.last_statements(redis_client, prefix, [f"{space}/{me}"])
         liveness.forget(redis_client, prefix, me)
     lock.release()
-    assert dedupe.claim(redis_client, prefix, name, "t0", 5) is None
-    assert dedupe.clear(redis_client, prefix, name, "t0")
+    assert dedupe.claim(redis_client, prefix, name, "a.task", "t0", 5) is None
+    assert dedupe.clear(redis_client, prefix, name, "a.task", "t0")
 
     first = FairSemaphore(redis_client, f"{name}-s", 1, ttl=5, prefix=prefix)
     second = FairSemaphore(redis_client, f"{name}-s", 1, ttl=5, prefix=prefix)

@@ -80,7 +80,7 @@ def test_stampede_with_enqueue_dedupe_on_the_cluster(
     lock_client = task.redislock_leaseset("x").client
     results = [task.delay(8, 120, True) for _ in range(100)]
     assert len({r.id for r in results}) == 1
-    marker = marker_key(config["prefix"], "dedupe:8")
+    marker = marker_key(config["prefix"], "dedupe:8", task.name)
     assert lock_client.get(marker) == results[0].id.encode()
     open_gate(redis_client, config, 8)
     results[0].get(timeout=60)

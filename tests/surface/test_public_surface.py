@@ -29,6 +29,7 @@ import redis
 
 import celery_redislock
 from celery_redislock import FairSemaphore, LockedTask, RateLimitedTask, RedisLock, SemaphoreTask
+from celery_redislock.settings import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = re.compile(r"^(?P<name>\w+)(?:\((?P<params>[^)]*)\))?(?P<kwarg>=.*)?(?:\s*->.*)?$")
@@ -133,10 +134,10 @@ def test_settings_table_matches_what_the_package_reads() -> None:
     documented = {code_spans(cells[0])[0] for cells in table("| setting | default | meaning |")}
     package = Path(celery_redislock.__file__).parent
     sources = "\n".join(p.read_text() for p in package.rglob("*.py"))
-    read = set(re.findall(r"conf\.get\(\s*\"(redislock_\w+)\"", sources))
+    read = set(re.findall(r"setting\(\s*conf,\s*\"(redislock_\w+)\"", sources))
     assert "redislock_url" in read, "found no setting read in the package"
     assert {"redislock_park_deadline", "redislock_allow_green_pool"} <= read
-    assert documented == read
+    assert documented == read == set(SETTINGS)  # SETTINGS: what unread_settings knows
 
 
 def test_every_setting_is_read_in_settings_py_only() -> None:
@@ -144,7 +145,7 @@ def test_every_setting_is_read_in_settings_py_only() -> None:
     readers = {
         str(p.relative_to(package))
         for p in package.rglob("*.py")
-        if re.search(r"conf\.get\(\s*\"redislock_", p.read_text())
+        if re.search(r"(conf\.get|setting)\(\s*(conf,\s*)?\"redislock_", p.read_text())
     }
     assert readers == {"settings.py"}
 

@@ -1,8 +1,8 @@
 -- dedupe.lua: the enqueue-time de-duplication marker of one lock name
 -- (at most one queued-or-running message per key, the celery-once use case).
 -- Standalone (no common.lua).  The key shares the lock's hash tag.
--- KEYS[1] marker   STRING  <prefix>:{<name>}:enqueued -> task id of the message
---                  (or :throttle, the window of lock_throttle without trailing,
+-- KEYS[1] marker   STRING  <prefix>:{<name>}:enqueued:<task name> -> task id of the message
+--                  (or :throttle:<task name>, the window of lock_throttle without trailing,
 --                  claimed with ttl = the window and never cleared)
 -- ARGV[1] op       "claim": take the marker for ARGV[2] unless another task id
 --                  holds it; the holder itself (a retry or requeue re-publishing
