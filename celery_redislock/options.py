@@ -21,6 +21,7 @@ __all__ = [
     "HEADER_PARK_TOKEN",
     "HEADER_POLICY",
     "HEADER_REQUEUES",
+    "HEADER_RETRIES_FROM_REQUEUES",
     "HEADER_SENT_AT",
     "HEADER_TTL",
     "HEADER_WAIT_TIMEOUT",
@@ -36,6 +37,9 @@ HEADER_POLICY = "redislock_policy"
 HEADER_TTL = "redislock_ttl"
 HEADER_WAIT_TIMEOUT = "redislock_wait_timeout"
 HEADER_REQUEUES = "redislock_requeues"
+#: how many of the message's Celery ``retries`` are requeues (policies/retry.py):
+#: monitors count a requeue as a retry, the body's own retry budget does not
+HEADER_RETRIES_FROM_REQUEUES = "redislock_retries_from_requeues"
 #: when the task was called (``time.time()``), for ``redislock_wait_seconds`` (metrics.py)
 HEADER_SENT_AT = "redislock_sent_at"
 #: set on a message that claimed (and so must clear) its enqueue marker (see dedupe.py)

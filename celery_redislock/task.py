@@ -62,7 +62,7 @@ from .naming import KeyBuilder, keys_of_task_class
 from .parking import StillPending
 from .parking.arrival import back_to_the_head
 from .parking.states import announce_superseded
-from .policies import check_policy
+from .policies import check_policy, restore_retries
 from .release import release_after_run, release_dead_child
 
 __all__ = ["GuardedTask", "LockedTask", "RateLimitedTask", "SemaphoreTask"]
@@ -220,6 +220,7 @@ class GuardedTask(Task):  # type: ignore[misc]
             return _run_unlocked(self, args, kwargs)
         # The tracer (worker or apply()) has pushed the request: run the body
         # under the lease, without pushing another request.
+        restore_retries(request)
         try:
             lease_set = self._redislock_enter(request, args, kwargs)
         except (Retry, StillPending):  # the task is still to run: its marker stays

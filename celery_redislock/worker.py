@@ -4,7 +4,9 @@
 receivers to Celery's worker signals:
 
 =======================  ==================================================
-``worker_init``          refuse a green pool (gevent, eventlet) for guarded
+``worker_init``          note whether the worker sends task events (``-E``:
+                         ``events.in_worker``); refuse a green pool
+                         (gevent, eventlet) for guarded
                          tasks (``poolcheck.check_pool``); with
                          ``redislock_metrics_port``, start the metrics
                          (``metrics.start``: before the pool forks)
@@ -26,7 +28,7 @@ from typing import Any
 
 from celery import signals
 
-from . import metrics, poolcheck, workercheck
+from . import events, metrics, poolcheck, workercheck
 from .core import liveness
 from .parking.sweeper import start_sweeper, stop_sweepers
 from .settings import metrics_settings
@@ -42,6 +44,7 @@ def guarded(app: Any) -> bool:
 def _init(sender: Any = None, **_: Any) -> None:
     if sender is None:
         return
+    events.in_worker(getattr(sender, "task_events", False), getattr(sender, "hostname", None))
     poolcheck.check_pool(sender)
     app = getattr(sender, "app", None)
     if app is not None and guarded(app):

@@ -18,6 +18,8 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:started   STR   the schedule of the name's starts (rate_common.lua)
     <prefix>:{<name>}:park / :parked / :inflight / :pmeta / :tokens / :msgs
                                 the park of the name (ParkKeys, park_common.lua)
+    <prefix>:{<name>}:state:<task id>  STR  held while a state of that task is
+                                written to the result backend (state_hold.lua)
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
     <prefix>:{park:index}:total STR   tasks parked over all names
     <prefix>:{park:index}:wake  channel: a name's time became the earliest
@@ -183,6 +185,9 @@ class ParkKeys(LeaseKeys):
     @property
     def messages(self) -> str:
         return f"{self.base}:msgs"
+
+    def state_guard(self, task_id: str) -> str:
+        return f"{self.base}:state:{task_id}"
 
     def park_script_keys(self, cluster: bool) -> list[str]:
         """KEYS of the park scripts, in the order park_common.lua documents (the

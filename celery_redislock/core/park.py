@@ -54,6 +54,8 @@ from .scripts import (
     PARK_RELEASE,
     PARK_WAKE,
     PARK_WHERE,
+    STATE_FREE,
+    STATE_HOLD,
     LuaScript,
     text,
 )
@@ -256,6 +258,18 @@ class Parking:
             int(head_ms) / 1000, Rate(1, int(interval_us) / 1e6) if int(interval_us) else None,
             int(burst) or 1, int(limit) or None,
         )  # fmt: skip
+
+    # -- the guard of result-backend writes (parking/states.py) --------------
+
+    def hold_state(self, task_id: str, holder: str, needs: str, ttl: float) -> int:
+        """Take the right to write ``task_id``'s state if the decision behind it
+        still holds (``needs``: ``"parked"``, ``"inflight"`` or ``""``): 1 held,
+        0 held by another write (try again), -1 the decision no longer holds."""
+        keys = [self.keys.state_guard(task_id), self.keys.parked, self.keys.inflight]
+        return int(STATE_HOLD(self.client, keys, [task_id, holder, _ms(ttl), needs]))
+
+    def free_state(self, task_id: str, holder: str) -> None:
+        STATE_FREE(self.client, [self.keys.state_guard(task_id)], [holder])
 
     # -- revoke records: one per task id, beside the names' keys ------------
 

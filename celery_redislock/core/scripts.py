@@ -45,6 +45,8 @@ __all__ = [
     "REFRESH",
     "REFRESH_PREFIX",
     "RELEASE",
+    "STATE_FREE",
+    "STATE_HOLD",
     "TOUCH_FENCE",
     "LuaScript",
     "text",
@@ -183,6 +185,8 @@ PARK_INSPECT = _script("park_inspect.lua")
 PARK_DUE = _script("park_due.lua")
 PARK_WAKE = _script("park_wake.lua")
 PARK_WHERE = _script("park_where.lua")
+STATE_HOLD = _script("state_hold.lua")
+STATE_FREE = _script("state_free.lua")
 RATE_ACQUIRE = _script("rate_acquire.lua")
 RATE_PAUSE = _script("rate_pause.lua")
 OVERRIDE = _script("override.lua")

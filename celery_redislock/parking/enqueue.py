@@ -25,12 +25,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from .. import events
 from ..core.park import Parking, Verdict
 from ..core.rate import NO_RATE, RateTerms
 from ..leases import script_limit
 from ..options import HEADER_PARK_TOKEN
 from ..settings import client_for
-from .message import envelope_of_publish, eta_in, expires_in, json_dumps
+from .message import envelope_of_publish, eta_in, expires_in, json_dumps, sent_fields_of
 from .states import announce_parked, announce_superseded, raise_if_bounded
 
 __all__ = ["apply_async", "retry_at_head"]
@@ -138,6 +139,7 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
         return admission.token
     raise_if_bounded(admission, call.name, f"{task.name}[{call.task_id}] not enqueued")
     if admission.verdict is Verdict.PARKED:
+        events.sent(task.app, sent_fields_of(envelope))  # the task-sent Celery did not send
         announce_parked(task, call.task_id, call.name, "enqueue", admission, config)
         announce_superseded(task, admission.replaced, call.task_id, call.name, "enqueue")
     return None
@@ -151,6 +153,7 @@ def _park_retry(call: _Call, envelope: dict[str, Any]) -> None:
         eta_in(headers, task.app), task.name, call.rate, call.token,
     )  # fmt: skip
     if admission.verdict is Verdict.PARKED:
+        events.sent(task.app, sent_fields_of(envelope))
         announce_parked(task, call.task_id, call.name, "retry", admission)
     else:  # a copy of this task is parked or in flight already: it is the one that runs
         log.info("%s[%s] retry not stored: a copy of it is already %s", task.name, call.task_id,

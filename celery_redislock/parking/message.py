@@ -21,6 +21,7 @@ from kombu.serialization import dumps as _kombu_dumps
 from kombu.serialization import loads as _kombu_loads
 from kombu.utils import json as _kombu_json
 
+from ..events import sent_fields
 from ..options import HEADER_PARK_TOKEN
 
 __all__ = [
@@ -185,6 +186,14 @@ def _publish_properties(props: Mapping[str, Any], delivery_mode: Any) -> dict[st
 def _b64(data: str | bytes) -> str:
     raw = data.encode("utf-8") if isinstance(data, str) else data
     return base64.b64encode(raw).decode("ascii")
+
+
+def sent_fields_of(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of the ``task-sent`` event of a stored message's publish."""
+    return sent_fields(
+        envelope["headers"], envelope.get("exchange") or "", envelope.get("routing_key") or "",
+        envelope.get("queue"),
+    )  # fmt: skip
 
 
 def republish(app: Any, envelope: Mapping[str, Any], token: int) -> None:

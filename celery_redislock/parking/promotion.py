@@ -12,21 +12,20 @@ publishes it again with a new token.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from .. import dedupe, signals
+from .. import dedupe, events, signals
 from ..core import liveness
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
 from ..leases import script_limit
 from ..settings import client_for, settings_for
-from .message import json_loads, republish, request_of
-from .states import PROMOTED, ParkUnclaimed, mark_revoked, store_state
+from .message import json_loads, republish, request_of, sent_fields_of
+from .states import PROMOTED, ParkUnclaimed, mark_failed, mark_revoked, store_state
 
 __all__ = [
     "after_release",
@@ -80,10 +79,13 @@ def _publish_all(
                 never_runs(app, parking, task_id, "revoked", envelope)
                 again = True
                 continue
-            store_state(app, task_id, PROMOTED, {"lock": parking.name, "token": token})
+            meta = {"lock": parking.name, "token": token}
+            store_state(app, task_id, PROMOTED, meta, parking.name, envelope.get("task") or "",
+                        needs="inflight")  # fmt: skip
             try:
                 republish(app, envelope, token)
                 published += 1
+                events.sent(app, sent_fields_of(envelope))
                 task = app.tasks.get(envelope.get("task") or "")
                 signals.lock_promoted.send(
                     sender=task, task_id=task_id, name=parking.name, token=token,
@@ -107,7 +109,8 @@ def never_runs(
     message carried so that a chord it belongs to counts it (and fails with
     ``ChordError``, as for a plain revoked member), and its enqueue marker
     (``lock_dedupe``) given back, so later calls of its key are published."""
-    mark_revoked(app, task_id, reason, request_of(envelope))
+    task_name = (envelope or {}).get("task") or ""
+    mark_revoked(app, task_id, reason, request_of(envelope), parking.name, task_name)
     _dropped(app, parking, task_id, reason, envelope)
 
 
@@ -124,8 +127,7 @@ def _unclaimed(
         f"its queue, and does it know the task {task_name!r}?"
     )
     log.error("%s; given up (redislock_park_max_publishes)", exc)
-    with contextlib.suppress(NotImplementedError, AttributeError):
-        app.backend.mark_as_failure(task_id, exc, request=request_of(envelope))
+    mark_failed(app, task_id, exc, request_of(envelope), parking.name, task_name or "")
     _dropped(app, parking, task_id, "unclaimed", envelope)
 
 

@@ -5,20 +5,40 @@ line and a signal (docs/park.md, "States"): ``PARKED`` while it waits,
 ``PROMOTED`` once re-published, then the states of a run, or ``REVOKED``
 (expired, revoked, discarded), ``SUPERSEDED`` (``keep_latest``: a newer call
 took its place) or ``FAILURE`` (:class:`ParkFull`, :class:`ParkUnclaimed`).
+Each state written here is also sent as a Celery event (``events.py``).
+
+**States only move forward.**  A state is decided in Redis (a park script)
+and written to the result backend afterwards, by the process that decided
+it; another process may decide a later state in between.  So every write
+here for a task of a parked name holds that task's guard in the lock Redis
+(``state_hold.lua``) and re-checks, under it, that its decision still holds:
+``PARKED`` is written only while the task is still parked, ``PROMOTED`` only
+while its promotion is in flight; final states always.  A late ``PARKED``
+therefore never lands over ``SUPERSEDED``, ``PROMOTED``, ``REVOKED`` or a
+run's state, on any result backend (no compare-and-set of the backend is
+needed).  ``PROMOTED`` is written before the promoted message is published,
+so Celery's own states of the run (``STARTED``, ``SUCCESS``...) always come
+after it.  Not guaranteed: a guard whose holder stalls longer than its TTL
+(:data:`GUARD_TTL`) lets the next write in; a lock Redis that fails during a
+write lets the write through unguarded (logged).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+import time
+import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from celery.exceptions import Ignore
+from redis.exceptions import RedisError
 
-from .. import signals
+from .. import events, signals
 from ..core.errors import LockContended
-from ..core.park import Admission, ParkConfig, Verdict
+from ..core.park import Admission, ParkConfig, Parking, Verdict
+from ..settings import client_for
 
 __all__ = [
     "PARKED",
@@ -29,10 +49,16 @@ __all__ = [
     "StillPending",
     "announce_parked",
     "announce_superseded",
+    "mark_failed",
     "mark_revoked",
     "raise_if_bounded",
     "store_state",
 ]
+
+#: seconds a state write's guard outlives a holder that stalled or died
+GUARD_TTL = 10.0
+#: seconds a write waits for another write of the same task before it goes ahead
+GUARD_WAIT = 5.0
 
 log = logging.getLogger("celery_redislock")
 
@@ -112,7 +138,7 @@ def announce_parked(
         log.info(
             "%s[%s] parked (%s): %r is full, %d parked", task.name, task_id, where, name, count
         )
-    store_state(task.app, task_id, PARKED, meta)
+    store_state(task.app, task_id, PARKED, meta, lock=name, task_name=task.name, needs="parked")
     signals.lock_parked.send(
         sender=task, task_id=task_id, name=name, kind=task._redislock_kind, where=where,
         parked=count,
@@ -134,20 +160,95 @@ def announce_superseded(task: Any, replaced: Sequence[str], by: str, name: str, 
             "%s[%s] superseded by %s (%s): %r keeps the latest call only",
             task.name, task_id, by, where, name,
         )  # fmt: skip
-        store_state(task.app, task_id, SUPERSEDED,
-                    {"lock": name, "superseded_by": by, "where": where})  # fmt: skip
+        meta = {"lock": name, "superseded_by": by, "where": where}
+        store_state(task.app, task_id, SUPERSEDED, meta, lock=name, task_name=task.name)
         signals.lock_dropped.send(
             sender=task, task_id=task_id, name=name, kind=task._redislock_kind,
             reason="superseded", superseded_by=by,
         )  # fmt: skip
 
 
-def store_state(app: Any, task_id: str, state: str, meta: dict[str, Any]) -> None:
-    with contextlib.suppress(NotImplementedError, AttributeError):
-        app.backend.store_result(task_id, meta, state)
+def store_state(
+    app: Any, task_id: str, state: str, meta: dict[str, Any], lock: str = "",
+    task_name: str = "", needs: str = "",
+) -> bool:  # fmt: skip
+    """Write ``state`` (with ``meta``) for ``task_id`` to the result backend
+    and send its event, holding the task's guard when ``lock`` (the lock
+    name it is parked under) is given; ``needs`` the decision that must
+    still hold (``"parked"``, ``"inflight"``, ``""``).  False when it no
+    longer held, and nothing was written."""
+    with _guarded(app, lock, task_id, needs) as holds:
+        if not holds:
+            return False
+        with contextlib.suppress(NotImplementedError, AttributeError):
+            app.backend.store_result(task_id, meta, state)
+        events.send(app, f"task-{state.lower()}", task_id, name=task_name or None, **_fields(meta))
+        return True
 
 
-def mark_revoked(app: Any, task_id: str, reason: str, request: Any = None) -> None:
-    """REVOKED in the result backend; with the task's ``request`` a chord counts it."""
-    with contextlib.suppress(NotImplementedError, AttributeError):
-        app.backend.mark_as_revoked(task_id, reason, request=request)
+def mark_revoked(
+    app: Any, task_id: str, reason: str, request: Any = None, lock: str = "", task_name: str = ""
+) -> None:
+    """REVOKED in the result backend; with the task's ``request`` a chord counts
+    it.  Sent as ``task-revoked`` with the task's name (``expired`` set when
+    ``reason`` is ``"expired"``)."""
+    with _guarded(app, lock, task_id, ""):
+        with contextlib.suppress(NotImplementedError, AttributeError):
+            app.backend.mark_as_revoked(task_id, reason, request=request)
+        # state: Celery's event state machine ranks its custom states (PARKED)
+        # above REVOKED and would keep a revoked parked task PARKED; an event's
+        # fields are applied to the task as they are, so this one says it.
+        events.send(
+            app, "task-revoked", task_id, name=task_name or getattr(request, "task", None),
+            terminated=False, signum=None, expired=reason == "expired", reason=reason,
+            state="REVOKED",
+        )  # fmt: skip
+
+
+def mark_failed(
+    app: Any, task_id: str, exc: BaseException, request: Any = None, lock: str = "",
+    task_name: str = "",
+) -> None:  # fmt: skip
+    """FAILURE with ``exc`` in the result backend (errbacks and a chord it
+    belongs to are told), sent as ``task-failed`` with the task's name."""
+    with _guarded(app, lock, task_id, ""):
+        with contextlib.suppress(NotImplementedError, AttributeError):
+            app.backend.mark_as_failure(task_id, exc, request=request)
+        events.send(app, "task-failed", task_id, name=task_name or None, exception=repr(exc))
+
+
+def _fields(meta: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a state's meta an event carries (plain values only)."""
+    return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool, type(None)))}
+
+
+@contextlib.contextmanager
+def _guarded(app: Any, lock: str, task_id: str, needs: str) -> Iterator[bool]:
+    """Hold ``task_id``'s state guard for the block (see the module docstring);
+    yields whether the write may go ahead."""
+    if not lock:
+        yield True
+        return
+    holder = uuid.uuid4().hex
+    try:
+        client, settings = client_for(app)
+        parking = Parking(client, settings.prefix, lock)
+        deadline = time.monotonic() + GUARD_WAIT
+        while (held := parking.hold_state(task_id, holder, needs, GUARD_TTL)) == 0:
+            if time.monotonic() > deadline:
+                log.warning("state of %s written without its guard: held too long", task_id)
+                break
+            time.sleep(0.002)  # another write of this task id, about one backend write long
+    except RedisError as exc:
+        log.warning("state of %s written without its guard (%r)", task_id, exc)
+        yield True
+        return
+    if held == -1:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if held == 1:
+            with contextlib.suppress(RedisError):
+                parking.free_state(task_id, holder)

@@ -14,7 +14,7 @@ from .base import Context, Phase, Policy, announce_contended, fail
 from .keep_latest import KeepLatest
 from .park import Park
 from .raise_ import Raise
-from .retry import Retry, requeue
+from .retry import Retry, requeue, restore_retries
 from .skip import SKIPPED, Skip
 from .wait import Wait
 
@@ -34,6 +34,7 @@ __all__ = [
     "check_policy",
     "fail",
     "requeue",
+    "restore_retries",
 ]
 
 #: policy name -> the policy

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from celery.exceptions import Retry as CeleryRetry
 
 from ..core.errors import LockContended
-from ..options import HEADER_REQUEUES
+from ..options import HEADER_REQUEUES, HEADER_RETRIES_FROM_REQUEUES, header
 from .base import Context, Policy, take
 
-__all__ = ["Retry", "requeue"]
+__all__ = ["Retry", "requeue", "restore_retries"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -22,6 +22,11 @@ class Retry(Policy):
     ``lock_retry_countdown + uniform(0, lock_retry_jitter)`` seconds, at most
     ``lock_retry_max`` times (a header of its own: ``max_retries`` is not
     touched), then fails with :class:`LockContended`.
+
+    To Celery a requeue is a retry (state ``RETRY``, and the message's
+    ``retries`` counts it, so Flower and exporters show the count); the
+    body's ``self.request.retries`` and ``max_retries`` see only its own
+    retries (:func:`restore_retries`, before admission).
 
     Under eager execution there is no queue to come back through, so it
     waits like ``wait``.
@@ -60,12 +65,14 @@ def requeue(ctx: Context, countdown: float, count: bool) -> NoReturn:
             log.warning("%s[%s] failed: %s", task.name, request.id, message)
             raise LockContended(message, ctx.name, "retry")
     headers[HEADER_REQUEUES] = done
+    requeued = int(header(request, HEADER_RETRIES_FROM_REQUEUES) or 0) + 1
+    headers[HEADER_RETRIES_FROM_REQUEUES] = requeued
     signature = task.signature_from_request(
         request,
         ctx.args,
         ctx.kwargs,
         countdown=countdown,
-        retries=request.retries,
+        retries=int(request.retries or 0) + requeued,
         headers=headers,
     )
     log.info(
@@ -74,3 +81,15 @@ def requeue(ctx: Context, countdown: float, count: bool) -> NoReturn:
     )  # fmt: skip
     signature.apply_async()
     raise CeleryRetry(f"{ctx.refusal}; requeued", when=countdown)
+
+
+def restore_retries(request: Any) -> None:
+    """At the start of a run: take the requeues back out of Celery's
+    ``request.retries`` (the body's budget is its own), and out of the
+    request's headers, so a retry the body makes starts counting afresh."""
+    requeued = int(header(request, HEADER_RETRIES_FROM_REQUEUES) or 0)
+    if requeued:
+        request.retries = max(0, int(request.retries or 0) - requeued)
+        headers = dict(getattr(request, "headers", None) or {})
+        headers.pop(HEADER_RETRIES_FROM_REQUEUES, None)
+        request.headers = headers

@@ -7,6 +7,7 @@ from typing import NoReturn
 
 from celery.exceptions import Ignore
 
+from .. import events
 from .base import Context, Policy
 
 __all__ = ["SKIPPED", "Skip"]
@@ -30,9 +31,9 @@ class Skip(Policy):
     def contended(self, ctx: Context) -> NoReturn:
         task = ctx.task
         log.warning("%s[%s] skipped: %s (policy skip)", task.name, ctx.task_id, ctx.refusal)
-        task.update_state(
-            task_id=ctx.task_id,
-            state=SKIPPED,
-            meta={"lock": ctx.name, "kind": ctx.kind, "policy": "skip"},
-        )
+        meta = {"lock": ctx.name, "kind": ctx.kind, "policy": "skip"}
+        task.update_state(task_id=ctx.task_id, state=SKIPPED, meta=meta)
+        # Ignore ends the run without a terminal event: monitors would show
+        # it STARTED for ever.  task-skipped makes it SKIPPED there too.
+        events.send(task.app, "task-skipped", ctx.task_id, name=task.name, **meta)
         raise Ignore()

@@ -129,6 +129,12 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     assert released and [p.task_id for p in promotions] == ["t2"]
     park.promote(1, config, "task")
     park.arrive("t3", 1, "{}", 0, config, "owner.3", 5, "{}", "task")
+    assert park.hold_state("t3", "w1", "parked", 5) == 1  # t3 is parked: write
+    assert park.hold_state("t3", "w2", "", 5) == 0  # w1 holds it: wait
+    park.free_state("t3", "w1")
+    assert park.hold_state("t3", "w2", "inflight", 5) == -1  # not in flight: do not write
+    assert park.hold_state("t3", "w2", "", 5) == 1  # a final state: always
+    park.free_state("t3", "w2")
     park.status(count=10)
     park.drop("t2")
     assert park.where("t2", "1") == ("", "")

@@ -1,0 +1,353 @@
+"""Every state true and visible where users look, on real workers.
+
+* The result backend only moves forward: stampedes of ``keep_latest`` calls
+  and of trailing ``lock_throttle`` calls, from several producer processes
+  (one through ``send_task``), leave no call ``PARKED`` once the runs are
+  over, and every ``superseded_by`` chain reaches a call that ran; on the
+  Redis result backend and on a database one (SQLAlchemy, SQLite).
+* Celery's event stream tells the same story: a consumer built on
+  ``celery.events.state.State`` (what Flower and the Prometheus exporters
+  build on) ends every call of a mixed scenario (skip, park and promote,
+  ``keep_latest`` replace, throttle, retry requeue, revoked parked task) in
+  the state the result backend holds, with the task's name; requeues count
+  as retries there.
+* Flower's own HTTP API shows the same (skips, naming ``pip install flower``,
+  when Flower is not installed; ``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock.parking import revoke
+from tests.celery_apps.basic import env_from_config
+from tests.celery_apps.monitoring import create_app
+from tests.celery_harness import celery_worker_factory  # noqa: F401
+from tests.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+FINAL = {"SUCCESS", "FAILURE", "SUPERSEDED", "SKIPPED", "REVOKED"}
+
+
+@pytest.fixture
+def config(redis_url: str, prefix: str) -> dict[str, str]:
+    return {"redis": redis_url, "prefix": prefix}
+
+
+def ran(app: Celery, config: dict[str, str]) -> dict[str, int]:
+    """The calls whose body started, with the retries the body saw."""
+    client = redis.Redis.from_url(config["redis"])
+    entries = (raw.decode().split() for raw in client.lrange(f"{config['prefix']}:runs", 0, -1))
+    return {task_id: int(retries) for task_id, retries in entries}
+
+
+def states(app: Celery, ids: list[str]) -> dict[str, tuple[str, Any]]:
+    out = {}
+    for task_id in ids:
+        result = app.AsyncResult(task_id)
+        out[task_id] = (result.state, result.info)
+    return out
+
+
+# -- the result backend only moves forward -----------------------------------------
+
+PRODUCER = """
+import sys, json
+from tests.celery_apps.basic import env_from_config
+from tests.celery_apps.monitoring import create_app
+config, task, count, by_name = json.loads(sys.argv[1])
+app = create_app(config)
+ids = []
+for n in range(count):
+    if by_name:
+        ids.append(app.send_task(task, ("stampede",)).id)
+    else:
+        ids.append(app.tasks[task].delay("stampede").id)
+print(json.dumps(ids))
+"""
+
+
+def stampede(config: dict[str, str], task: str, producers: int, each: int) -> list[str]:
+    """``producers`` processes send ``each`` calls of ``task`` at once (the last
+    one through ``send_task``); the task ids, in no particular order."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = []
+    for n in range(producers):
+        argument = json.dumps([config, task, each, n == producers - 1])
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, argument], cwd=ROOT, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    ids: list[str] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        ids += json.loads(out)
+    return ids
+
+
+@pytest.mark.parametrize("backend", ["redis", "database"])
+@pytest.mark.parametrize("task", ["mon.rebuild", "mon.trailing"])
+def test_a_stampede_leaves_no_call_behind_its_real_state(
+    config: dict[str, str],
+    celery_worker_factory: Any,  # noqa: F811
+    tmp_path: Path,
+    backend: str,
+    task: str,
+) -> None:
+    if backend == "database":
+        pytest.importorskip("sqlalchemy", reason="pip install sqlalchemy (in the [test] extra)")
+        config = {**config, "backend": f"db+sqlite:///{tmp_path / 'results.sqlite'}"}
+    app = create_app(config)
+    celery_worker_factory(config, module="tests.celery_apps.monitoring", concurrency=2)
+    ids = stampede(config, task, producers=4, each=25)
+    assert len(set(ids)) == 100
+
+    def settled() -> dict[str, tuple[str, Any]]:
+        now = states(app, ids)
+        return now if all(state in FINAL for state, _ in now.values()) else {}
+
+    final = wait_for(settled, 120, 0.2, "every call in a final state")
+    runs = ran(app, config)
+    assert {state for state, _ in final.values()} <= {"SUCCESS", "SUPERSEDED"}, final
+    assert all(final[task_id][0] == "SUCCESS" for task_id in runs if task_id in final)
+    for task_id, (state, info) in final.items():
+        seen = [task_id]
+        while state == "SUPERSEDED":  # each chain ends at a call that ran
+            task_id = info["superseded_by"]
+            assert task_id not in seen, f"a superseded_by cycle: {seen}"
+            seen.append(task_id)
+            state, info = final.get(task_id) or states(app, [task_id])[task_id]
+        assert state == "SUCCESS" and task_id in runs, seen
+
+
+# -- Celery's event stream ---------------------------------------------------------
+
+
+class Monitor:
+    """A consumer of Celery's events built on ``celery.events.state.State``."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self.state = app.events.State()
+        self.receiver: Any = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with self.app.connection_for_read() as connection:
+            self.receiver = self.app.events.Receiver(connection, handlers={"*": self.state.event})
+            self.receiver.capture(limit=None, timeout=None, wakeup=False)
+
+    def __enter__(self) -> Monitor:
+        self.thread.start()
+        probe = uuid.uuid4().hex  # listening once an event sent now arrives
+        deadline = time.monotonic() + 30
+        while probe not in self.state.tasks:
+            assert time.monotonic() < deadline, "the event receiver never started"
+            with self.app.events.default_dispatcher() as dispatcher:
+                dispatcher.send("task-sent", uuid=probe, name="probe")
+            time.sleep(0.1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.receiver is not None:
+            self.receiver.should_stop = True
+        self.thread.join(10)
+
+    def seen(self, task_id: str) -> tuple[str | None, str | None, int | None]:
+        task = self.state.tasks.get(task_id)
+        return (None, None, None) if task is None else (task.state, task.name, task.retries)
+
+
+def wait_for_or_false(condition: Any, timeout: float) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def running(app: Celery, config: dict[str, str], count: int) -> None:
+    wait_for(lambda: len(ran(app, config)) >= count, 30, 0.02, f"{count} bodies started")
+
+
+def mixed_scenario(app: Celery, config: dict[str, str]) -> dict[str, str]:
+    """Every kind of call the library decides; returns task id -> task name."""
+    calls: dict[str, str] = {}
+
+    def call(name: str, *args: Any) -> Any:
+        result = app.tasks[name].delay(*args)
+        calls[result.id] = name
+        return result
+
+    call("mon.skipping", "a", 1.5)  # runs
+    running(app, config, 1)
+    call("mon.skipping", "a", 0.0)  # SKIPPED
+    call("mon.rebuild", "b", 1.5)  # runs
+    running(app, config, 2)
+    for _ in range(3):  # the first two are SUPERSEDED, the last runs
+        call("mon.rebuild", "b", 0.0)
+    for _ in range(3):  # parked, then promoted one by one
+        call("mon.capped", "c", 0.2)
+    for _ in range(4):  # the first and the trailing call run, the others are superseded
+        call("mon.trailing", "d", 0.0)
+    requeued = call("mon.requeued", "e", 1.0)
+    wait_for(lambda: requeued.id in ran(app, config), 30, 0.02, "the first requeued body")
+    calls_before = set(calls)
+    again = call("mon.requeued", "e", 0.0)  # requeued (RETRY) until the first ends
+    assert again.id not in calls_before
+    wait_for(lambda: any(i for i in ran(app, config) if calls[i] == "mon.capped"), 30, 0.02,
+             "a capped body")  # fmt: skip
+    held = call("mon.capped", "f", 2.0)  # runs
+    wait_for(lambda: held.id in ran(app, config), 30, 0.02, "the f holder")
+    dropped = call("mon.capped", "f", 0.0)  # parked, then revoked: never runs
+    wait_for(lambda: app.AsyncResult(dropped.id).state == "PARKED", 30, 0.02, "f parked")
+    revoke(app, dropped.id, "cap:f")
+    return calls
+
+
+def test_the_event_stream_ends_every_call_where_the_result_backend_does(
+    config: dict[str, str],
+    celery_worker_factory: Any,  # noqa: F811
+) -> None:
+    app = create_app(config)
+    celery_worker_factory(
+        config, module="tests.celery_apps.monitoring", concurrency=4, extra_args=("-E",)
+    )
+    with Monitor(app) as monitor:
+        calls = mixed_scenario(app, config)
+        ids = list(calls)
+
+        def settled() -> dict[str, tuple[str, Any]]:
+            now = states(app, ids)
+            return now if all(state in FINAL for state, _ in now.values()) else {}
+
+        final = wait_for(settled, 120, 0.2, "every call in a final state")
+
+        def in_step() -> bool:
+            return all(monitor.seen(i)[:2] == (final[i][0], calls[i]) for i in ids)
+
+        def report() -> str:
+            return "\n".join(
+                f"{i} {calls[i]}: backend {final[i][0]}, events {monitor.seen(i)}" for i in ids
+            )
+
+        if not wait_for_or_false(in_step, 60):
+            raise AssertionError(f"the event state disagrees with the result backend:\n{report()}")
+    kinds = {state for state, _ in final.values()}
+    assert kinds == {"SUCCESS", "SKIPPED", "SUPERSEDED", "REVOKED"}, report()
+    requeued = [i for i in ids if calls[i] == "mon.requeued"][-1]
+    assert monitor.seen(requeued)[2] >= 1, report()  # a requeue is a retry to monitors
+    assert ran(app, config)[requeued] == 0  # ... not to the body's own retry budget
+
+
+# -- Flower ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def flower_json(port: int, path: str) -> Any:
+    """GET Flower's ``path``; None on 404 (an unknown task)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+@pytest.fixture
+def flower(config: dict[str, str], tmp_path: Path) -> Iterator[int]:
+    """Flower (``celery flower``) watching the test app's events; its port."""
+    if not _importable("flower"):
+        pytest.skip("Flower is not installed: pip install flower (.ci/run installs it)")
+    port = free_port()
+    env = {**os.environ, **env_from_config(config), "FLOWER_UNAUTHENTICATED_API": "true"}
+    env["PYTHONPATH"] = str(ROOT)
+    log = (tmp_path / "flower.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.celery_apps.monitoring", "flower",
+         f"--port={port}", "--address=127.0.0.1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _answers(port), 60, 0.2, "Flower to answer")
+        yield port
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(30)
+        log.close()
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _answers(port: int) -> bool:
+    try:
+        return flower_json(port, "/api/workers?refresh=false") is not None
+    except OSError:
+        return False
+
+
+def test_flower_shows_every_call_as_the_result_backend_does(
+    config: dict[str, str],
+    celery_worker_factory: Any,  # noqa: F811
+    flower: int,
+) -> None:
+    app = create_app(config)
+    celery_worker_factory(
+        config, module="tests.celery_apps.monitoring", concurrency=4, extra_args=("-E",)
+    )
+    probe = uuid.uuid4().hex  # Flower is listening once an event sent now shows
+
+    def listening() -> bool:
+        with app.events.default_dispatcher() as dispatcher:
+            dispatcher.send("task-sent", uuid=probe, name="probe")
+        return flower_json(flower, f"/api/task/info/{probe}") is not None
+
+    wait_for(listening, 60, 0.5, "Flower to receive events")
+    calls = mixed_scenario(app, config)
+    ids = list(calls)
+
+    def settled() -> dict[str, tuple[str, Any]]:
+        now = states(app, ids)
+        return now if all(state in FINAL for state, _ in now.values()) else {}
+
+    final = wait_for(settled, 120, 0.2, "every call in a final state")
+
+    def shown(task_id: str) -> tuple[str | None, str | None]:
+        info = flower_json(flower, f"/api/task/info/{task_id}") or {}
+        return info.get("state"), info.get("name")
+
+    def in_step() -> bool:
+        return all(shown(i) == (final[i][0], calls[i]) for i in ids)
+
+    if not wait_for_or_false(in_step, 60):
+        report = "\n".join(f"{i} {calls[i]}: {final[i][0]}, Flower {shown(i)}" for i in ids)
+        raise AssertionError(f"Flower disagrees with the result backend:\n{report}")
