@@ -197,17 +197,26 @@ def test_a_worker_started_with_b_keeps_its_locks_on_that_broker(
     assert redact(given) in status, status
 
 
-DJANGO_SETTINGS = """
-SECRET_KEY = "not-a-secret"
-INSTALLED_APPS = []
-USE_TZ = True
-BROKER_URL = {broker!r}  # old-style Celery names: no namespace
+DJANGO_SETTINGS = {
+    # old-style Celery names, ours upper case: no namespace (AllianceAuth's form)
+    None: """
+BROKER_URL = {broker!r}
 CELERY_RESULT_BACKEND = {broker!r}
 CELERY_DEFAULT_QUEUE = {queue!r}
 REDISLOCK_URL = {locks!r}
 CELERY_REDISLOCK_PREFIX = {prefix!r}
 REDISLOCK_DEFAULT_TLL = 5  # misspelt on purpose
-"""
+""",
+    # namespace="CELERY": every setting, ours included, takes the prefix
+    "CELERY": """
+CELERY_BROKER_URL = {broker!r}
+CELERY_RESULT_BACKEND = {broker!r}
+CELERY_TASK_DEFAULT_QUEUE = {queue!r}
+CELERY_REDISLOCK_URL = {locks!r}
+CELERY_REDISLOCK_PREFIX = {prefix!r}
+CELERY_REDISLOCK_DEFAULT_TLL = 5  # misspelt on purpose
+""",
+}
 
 DJANGO_CELERY = """
 import os
@@ -216,7 +225,7 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproj.settings")
 app = Celery("djproj", include=["djproj.tasks"])
-app.config_from_object("django.conf:settings")  # no namespace (AllianceAuth's form)
+app.config_from_object("django.conf:settings", namespace={namespace!r})
 """
 
 DJANGO_TASKS = """
@@ -231,18 +240,21 @@ def report(account_id):
 """
 
 
-def test_django_settings_without_a_namespace_reach_the_library(
-    tmp_path: Path, redis_url: str, prefix: str
+@pytest.mark.parametrize("namespace", [None, "CELERY"])
+def test_django_settings_with_and_without_a_namespace_reach_the_library(
+    tmp_path: Path, redis_url: str, prefix: str, namespace: str | None
 ) -> None:
     pytest.importorskip("django", reason="pip install django (in the [test] extra)")
     locks = other_db(redis_url, 5)
     package = tmp_path / "djproj"
     package.mkdir()
     (package / "__init__.py").write_text("from .celery import app\n")
-    (package / "settings.py").write_text(
-        DJANGO_SETTINGS.format(broker=redis_url, queue=prefix, locks=locks, prefix=prefix)
+    settings = 'SECRET_KEY = "not-a-secret"\nINSTALLED_APPS = []\nUSE_TZ = True\n'
+    settings += DJANGO_SETTINGS[namespace].format(
+        broker=redis_url, queue=prefix, locks=locks, prefix=prefix
     )
-    (package / "celery.py").write_text(DJANGO_CELERY)
+    (package / "settings.py").write_text(settings)
+    (package / "celery.py").write_text(DJANGO_CELERY.format(namespace=namespace))
     (package / "tasks.py").write_text(DJANGO_TASKS)
     env = user_env(tmp_path, DJANGO_SETTINGS_MODULE="djproj.settings")
     with worker(tmp_path, env, "-A", "djproj") as log:
@@ -252,10 +264,11 @@ def test_django_settings_without_a_namespace_reach_the_library(
     assert states == ["SUCCESS"], text
     assert fence_keys(locks, prefix) == [f"{prefix}:{{report:3}}:fence"]
     assert not fence_keys(redis_url, prefix)
-    assert f"lock Redis at {redact(locks)} (setting REDISLOCK_URL) reachable" in text, text
-    assert (
-        "setting REDISLOCK_DEFAULT_TLL is not read (misspelt): write REDISLOCK_DEFAULT_TTL" in text
-    ), text
+    read_from = "REDISLOCK_URL" if namespace is None else "CELERY_REDISLOCK_URL"
+    assert f"lock Redis at {redact(locks)} (setting {read_from}) reachable" in text, text
+    misspelt = "REDISLOCK_DEFAULT_TLL" if namespace is None else "CELERY_REDISLOCK_DEFAULT_TLL"
+    right = "REDISLOCK_DEFAULT_TTL" if namespace is None else "CELERY_REDISLOCK_DEFAULT_TTL"
+    assert f"setting {misspelt} is not read (misspelt): write {right}" in text, text
     assert redact(locks) in status, status
 
 
@@ -300,12 +313,14 @@ DEDUPE_APP = (
     ENV_APP
     + """
 
-@app.task(base=LockedTask, lock_key="{a}:{b}", lock_dedupe=True)
+# One name, one run-time lock: "wait", so that the two take turns (LockedTask's
+# default, "skip", would skip whichever starts second).
+@app.task(base=LockedTask, lock_key="{a}:{b}", lock_dedupe=True, lock_policy="wait")
 def send_invoice(a, b):
     return "invoice"
 
 
-@app.task(base=LockedTask, lock_key="{a}:{b}", lock_dedupe=True)
+@app.task(base=LockedTask, lock_key="{a}:{b}", lock_dedupe=True, lock_policy="wait")
 def send_receipt(a, b):
     return "receipt"
 """
@@ -332,11 +347,11 @@ def test_two_deduplicating_tasks_that_share_a_template_never_drop_each_other(
     with worker(tmp_path, env, "-A", "envproj"):
         for meta in (f"celery-task-meta-{invoice}", f"celery-task-meta-{receipt}"):
             wait_for(lambda meta=meta: backend.exists(meta), 60, 0.1, meta)
-    results = {
-        task_id: Celery(backend=redis_url, set_as_current=False).AsyncResult(task_id).get(10)
-        for task_id in (invoice, receipt)
+    results = Celery(backend=redis_url, set_as_current=False)
+    ended = {
+        i: (results.AsyncResult(i).state, results.AsyncResult(i).result) for i in (invoice, receipt)
     }
-    assert results == {invoice: "invoice", receipt: "receipt"}
+    assert ended == {invoice: ("SUCCESS", "invoice"), receipt: ("SUCCESS", "receipt")}
 
 
 # -- one client per app and process --------------------------------------------
