@@ -45,8 +45,7 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     ttl, wait_timeout = options.run_options(request, task.lock_wait_timeout)
     limit = task.redislock_limit(args, kwargs)  # per run, before any Redis call
     rate = task.redislock_rate(args, kwargs)
-    if rate.rate is not None and policy.name == "wait":
-        raise ValueError(f"task {task.name}: lock_policy 'wait' does not combine with rate")
+    policy.check_rate(task.name, rate.rate)  # a per-call lock_policy
     try:
         lease_set: LeaseSet = task.redislock_leaseset(
             name, ttl=ttl, limit=limit, owner_prefix=execution_prefix(request.id, os.getpid()),

@@ -17,15 +17,15 @@ from typing import Any
 from celery.utils import uuid
 
 from . import dedupe, options
-from .policies import POLICIES, Context, check_policy
+from .policies import POLICIES, Context, Policy, check_policy
 
 __all__ = ["apply_async"]
 
 
-def _opens_a_window(task: Any, policy: str, task_id: str) -> bool:
+def _opens_a_window(task: Any, policy: Policy, task_id: str) -> bool:
     """Whether this call is decided by ``lock_throttle``'s window (no trailing
     run; not eager; not a retry of the running task, which keeps its window)."""
-    if task.lock_throttle is None or task.lock_throttle_trailing or policy != "keep_latest":
+    if task.lock_throttle is None or task.lock_throttle_trailing or not policy.coalesces:
         return False
     if task.app.conf.task_always_eager:
         return False
@@ -52,10 +52,9 @@ def apply_async(
     name = task.redislock_name(args, kwargs)
     headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
     policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or task.lock_policy)]
-    if policy.name == "wait" and type(task)._redislock_rate is not None:
-        raise ValueError(f"task {task.name}: lock_policy 'wait' does not combine with rate")
+    policy.check_rate(task.name, type(task)._redislock_rate)  # a per-call lock_policy
     task_id, claimed, holder = dedupe.before_publish(task, name, task_id or uuid(), headers, call)
-    if holder is None and _opens_a_window(task, policy.name, task_id):
+    if holder is None and _opens_a_window(task, policy, task_id):
         holder = dedupe.claim_window(task, name, task_id)
     if holder is not None:
         return task.AsyncResult(holder)

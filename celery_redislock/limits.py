@@ -167,12 +167,6 @@ def rate_options(
         if cls._redislock_kind == "rate":
             raise TypeError(f'task {task}: RateLimitedTask needs rate= (e.g. rate="20/s")')
         return None, None
-    if cls.lock_policy == "wait":
-        raise ValueError(
-            f"task {task}: lock_policy='wait' does not combine with rate (a waiter holds "
-            "its place in the slot queue, not in time); use 'park' (the default of "
-            "SemaphoreTask and RateLimitedTask), 'retry', 'skip' or 'raise'"
-        )
     rate = PerCall(cls.rate, keys.signature, task, "rate", parse_rate)
     cost = PerCall(
         cls.rate_cost, keys.signature, task, "rate_cost",

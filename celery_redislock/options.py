@@ -44,7 +44,7 @@ HEADER_RETRIES_FROM_REQUEUES = "redislock_retries_from_requeues"
 HEADER_SENT_AT = "redislock_sent_at"
 #: set on a message that claimed (and so must clear) its enqueue marker (see dedupe.py)
 HEADER_DEDUPE = "redislock_dedupe"
-#: the promotion token a promoted parked task is published with (see parking.py)
+#: the promotion token a promoted parked task is published with (see parking/enqueue.py)
 HEADER_PARK_TOKEN = "redislock_park_token"
 
 #: per-call options of ``apply_async`` -> the message header carrying them
@@ -85,65 +85,6 @@ def validate(task: Any) -> None:
     ):
         raise ValueError(f"lock_retry_max must be an int >= 0 or None: {retry_max!r}")
     check_ttl(task.lock_dedupe_ttl, "lock_dedupe_ttl")
-    check_debounce(task)
-    check_throttle(task)
-    check_supersede(task)
-
-
-def check_supersede(task: Any) -> None:
-    """``lock_supersede``: a bool, with the ``keep_latest`` policy only."""
-    name = getattr(task, "name", None) or task.__name__
-    if not isinstance(task.lock_supersede, bool):
-        raise TypeError(f"task {name}: lock_supersede must be a bool, got {task.lock_supersede!r}")
-    if task.lock_supersede and task.lock_policy != "keep_latest":
-        raise ValueError(
-            f"task {name}: lock_supersede needs lock_policy='keep_latest' (the newer call "
-            f"waits in the park until the superseded run ends), not {task.lock_policy!r}"
-        )
-
-
-def check_throttle(task: Any) -> None:
-    """``lock_throttle``: a positive number of seconds, with the ``keep_latest``
-    policy, not with ``lock_debounce``; ``lock_throttle_trailing`` a bool."""
-    name = getattr(task, "name", None) or task.__name__
-    if not isinstance(task.lock_throttle_trailing, bool):
-        raise TypeError(
-            f"task {name}: lock_throttle_trailing must be a bool, got "
-            f"{task.lock_throttle_trailing!r}"
-        )
-    if task.lock_throttle is None:
-        if not task.lock_throttle_trailing:
-            raise ValueError(f"task {name}: lock_throttle_trailing needs lock_throttle")
-        return
-    check_ttl(task.lock_throttle, "lock_throttle")
-    if task.lock_debounce is not None:
-        raise ValueError(f"task {name}: set lock_throttle or lock_debounce, not both")
-    if task.lock_policy != "keep_latest":
-        raise ValueError(
-            f"task {name}: lock_throttle needs lock_policy='keep_latest' (a throttled "
-            f"call waits in the park as its key's pending run), not {task.lock_policy!r}"
-        )
-
-
-def check_debounce(task: Any) -> None:
-    """``lock_debounce`` / ``lock_debounce_max``: positive numbers, the bound no
-    shorter than the quiet period, and only with the ``keep_latest`` policy."""
-    debounce, bound = task.lock_debounce, task.lock_debounce_max
-    name = getattr(task, "name", None) or task.__name__
-    if debounce is None:
-        if bound is not None:
-            raise ValueError(f"task {name}: lock_debounce_max needs lock_debounce")
-        return
-    check_ttl(debounce, "lock_debounce")
-    if bound is not None and check_ttl(bound, "lock_debounce_max") < debounce:
-        raise ValueError(
-            f"task {name}: lock_debounce_max ({bound!r}) must be >= lock_debounce ({debounce!r})"
-        )
-    if task.lock_policy != "keep_latest":
-        raise ValueError(
-            f"task {name}: lock_debounce needs lock_policy='keep_latest' (a debounced call "
-            f"waits in the park as its key's pending run), not {task.lock_policy!r}"
-        )
 
 
 #: prefixes of the names that are ours (or Celery's ``rate_limit``): a misspelt one is refused

@@ -222,7 +222,6 @@ class ChildWatcher:
         self._requests: dict[int, _Watched] = {}
         self._thread: threading.Thread | None = None
         self._renewer: _Renewer | None = None
-        self.renewals = 0  # refresh_prefix.lua calls that renewed at least one holder
         #: pids of the pool children it has watched lately (the newest
         #: CHILDREN_KEPT, in insertion order): their clean-up is its job (with
         #: a lock_released signal), not the sweeper's (release_dead_holders)
@@ -278,10 +277,6 @@ class ChildWatcher:
                 if self._renewer is None:
                     self._renewer = _Renewer(self)
                 self._renewer.submit(due)
-
-    def _renewed(self) -> None:
-        self.renewals += 1
-
 
 class _Renewal:
     """What the main process needs to renew one running task's leases."""
@@ -361,7 +356,6 @@ class _Renewer:
                     renewal.next_at = min(renewal.next_at, retry_at)
                 continue
             if int(renewed):
-                self._watcher._renewed()
                 interval = int(shortest_ms) / 3000
                 for renewal in group:
                     renewal.interval = min(renewal.interval, interval)

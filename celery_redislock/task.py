@@ -62,7 +62,7 @@ from .naming import KeyBuilder, keys_of_task_class
 from .parking import StillPending
 from .parking.arrival import back_to_the_head
 from .parking.states import announce_superseded
-from .policies import check_policy, restore_retries
+from .policies import check_options, check_policy, restore_retries
 from .release import release_after_run, release_dead_child
 
 __all__ = ["GuardedTask", "LockedTask", "RateLimitedTask", "SemaphoreTask"]
@@ -138,6 +138,7 @@ class GuardedTask(Task):  # type: ignore[misc]
             )  # fmt: skip
             check_policy(cls.lock_policy)
             options.validate(cls)
+            check_options(cls)
             cls._redislock_rate, cls._redislock_cost = rate_options(cls, keys, task)
 
     @classmethod

@@ -10,6 +10,8 @@ in a visible state with a log line; none drops a task silently.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import Context, Phase, Policy, announce_contended, fail
 from .keep_latest import KeepLatest
 from .park import Park
@@ -31,6 +33,7 @@ __all__ = [
     "Skip",
     "Wait",
     "announce_contended",
+    "check_options",
     "check_policy",
     "fail",
     "requeue",
@@ -41,6 +44,15 @@ __all__ = [
 POLICIES: dict[str, Policy] = {
     p.name: p for p in (Skip(), Retry(), Wait(), Raise(), Park(), KeepLatest())
 }
+
+
+def check_options(task: Any) -> None:
+    """At decoration: each policy checks the options it owns (refused on a
+    task of another policy), and the task's policy whether it takes a rate."""
+    for policy in POLICIES.values():
+        policy.check_options(task)
+    name = getattr(task, "name", None) or task.__name__
+    POLICIES[check_policy(task.lock_policy)].check_rate(name, task.rate)
 
 
 def check_policy(policy: object, what: str = "lock_policy") -> str:

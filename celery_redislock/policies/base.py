@@ -127,6 +127,29 @@ class Policy:
     #: the run gives its lease back first, so a retry without a countdown does
     #: not find its own run still holding the key.
     retry_keeps_its_turn: ClassVar[bool] = False
+    #: The task options this policy owns, beyond ``lock_policy``: it validates
+    #: them (:meth:`check_options`) and no other policy reads them.
+    options: ClassVar[tuple[str, ...]] = ()
+    #: Why a run of this policy cannot also take a rate ("": it can).
+    refuses_rate: ClassVar[str] = ""
+    #: Whether its calls coalesce per key at enqueue (``lock_throttle``'s
+    #: window without trailing run is decided there).
+    coalesces: ClassVar[bool] = False
+
+    def check_options(self, task: Any) -> None:
+        """At decoration, for every guarded task class (``task``), whatever its
+        policy: refuse :attr:`options` on a task of another policy, and
+        validate them on a task of this one; a precise ``ValueError`` /
+        ``TypeError`` naming the task and the option.  By default nothing."""
+
+    def check_rate(self, task_name: str, rate: object) -> None:
+        """A ``ValueError`` when a run of this policy would take ``rate``
+        (not None) and the policy cannot (:attr:`refuses_rate`)."""
+        if rate is not None and self.refuses_rate:
+            raise ValueError(
+                f"task {task_name}: lock_policy={self.name!r} does not combine with rate "
+                f"({self.refuses_rate})"
+            )
 
     def acquire(self, ctx: Context) -> bool:
         """Run phase: whether this run now holds ``ctx.lease_set`` (and its

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.validation import check_ttl
 from ..options import HEADER_PARK_TOKEN, header
 from ..parking.enqueue import retry_at_head
 from .base import Context
@@ -48,6 +49,16 @@ class KeepLatest(Park):
 
     name = "keep_latest"
     retry_keeps_its_turn = True
+    options = (
+        "lock_supersede", "lock_throttle", "lock_throttle_trailing", "lock_debounce",
+        "lock_debounce_max",
+    )  # fmt: skip
+    coalesces = True
+
+    def check_options(self, task: Any) -> None:
+        _check_debounce(task)
+        _check_throttle(task)
+        _check_supersede(task)
 
     def park_settings(self, task: Any) -> Mapping[str, Any]:
         return {"keep_latest": True, "debounce": float(task.lock_debounce or 0),
@@ -70,3 +81,59 @@ class KeepLatest(Park):
             ctx.need_send(), task.redislock_rate(ctx.args, ctx.kwargs),
             "" if token is None else str(token),
         )  # fmt: skip
+
+
+def _check_supersede(task: Any) -> None:
+    """``lock_supersede``: a bool, with the ``keep_latest`` policy only."""
+    name = getattr(task, "name", None) or task.__name__
+    if not isinstance(task.lock_supersede, bool):
+        raise TypeError(f"task {name}: lock_supersede must be a bool, got {task.lock_supersede!r}")
+    if task.lock_supersede and task.lock_policy != KeepLatest.name:
+        raise ValueError(
+            f"task {name}: lock_supersede needs lock_policy='keep_latest' (the newer call "
+            f"waits in the park until the superseded run ends), not {task.lock_policy!r}"
+        )
+
+
+def _check_throttle(task: Any) -> None:
+    """``lock_throttle``: a positive number of seconds, with the ``keep_latest``
+    policy, not with ``lock_debounce``; ``lock_throttle_trailing`` a bool."""
+    name = getattr(task, "name", None) or task.__name__
+    if not isinstance(task.lock_throttle_trailing, bool):
+        raise TypeError(
+            f"task {name}: lock_throttle_trailing must be a bool, got "
+            f"{task.lock_throttle_trailing!r}"
+        )
+    if task.lock_throttle is None:
+        if not task.lock_throttle_trailing:
+            raise ValueError(f"task {name}: lock_throttle_trailing needs lock_throttle")
+        return
+    check_ttl(task.lock_throttle, "lock_throttle")
+    if task.lock_debounce is not None:
+        raise ValueError(f"task {name}: set lock_throttle or lock_debounce, not both")
+    if task.lock_policy != KeepLatest.name:
+        raise ValueError(
+            f"task {name}: lock_throttle needs lock_policy='keep_latest' (a throttled "
+            f"call waits in the park as its key's pending run), not {task.lock_policy!r}"
+        )
+
+
+def _check_debounce(task: Any) -> None:
+    """``lock_debounce`` / ``lock_debounce_max``: positive numbers, the bound no
+    shorter than the quiet period, and only with the ``keep_latest`` policy."""
+    debounce, bound = task.lock_debounce, task.lock_debounce_max
+    name = getattr(task, "name", None) or task.__name__
+    if debounce is None:
+        if bound is not None:
+            raise ValueError(f"task {name}: lock_debounce_max needs lock_debounce")
+        return
+    check_ttl(debounce, "lock_debounce")
+    if bound is not None and check_ttl(bound, "lock_debounce_max") < debounce:
+        raise ValueError(
+            f"task {name}: lock_debounce_max ({bound!r}) must be >= lock_debounce ({debounce!r})"
+        )
+    if task.lock_policy != KeepLatest.name:
+        raise ValueError(
+            f"task {name}: lock_debounce needs lock_policy='keep_latest' (a debounced call "
+            f"waits in the park as its key's pending run), not {task.lock_policy!r}"
+        )

@@ -17,6 +17,10 @@ class Wait(Policy):
     """
 
     name = "wait"
+    refuses_rate = (
+        "a waiter holds its place in the slot queue, not in time; use 'park' (the default "
+        "of SemaphoreTask and RateLimitedTask), 'retry', 'skip' or 'raise'"
+    )
 
     def acquire(self, ctx: Context) -> bool:
         return ctx.need_lease_set().acquire(blocking=True, timeout=ctx.wait_timeout)

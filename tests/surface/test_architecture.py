@@ -9,6 +9,7 @@ counts too.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,21 @@ def test_modules_and_classes_stay_small() -> None:
                 if size > 250:
                     long_classes.append(f"{path.relative_to(package)}:{node.name}: {size} lines")
     assert long_modules == [] and long_classes == []
+
+
+def test_the_architecture_page_names_every_module_and_only_real_ones() -> None:
+    """docs/architecture.md keeps its module lists in step with the tree: each
+    module of the package by its path (``parking/enqueue.py``), and every
+    ``*.py`` it names exists."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    package = ROOT / "celery_redislock"
+    modules = [p.relative_to(package).as_posix() for p in package.rglob("*.py")]
+    unnamed = sorted(m for m in modules if not m.endswith("__init__.py") and m not in doc)
+    assert unnamed == [], "modules docs/architecture.md does not name"
+    named = set(re.findall(r"`?\b((?:[\w]+/)*[a-z_]+\.py)\b", doc))
+    everywhere = {p.name for p in ROOT.rglob("*.py") if ".venv" not in p.parts}
+    ghosts = sorted(
+        n for n in named
+        if not ((package / n).exists() or (ROOT / n).exists() or ("/" not in n and n in everywhere))
+    )  # fmt: skip
+    assert ghosts == [], "modules docs/architecture.md names that do not exist"
