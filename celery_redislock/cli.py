@@ -270,7 +270,10 @@ def exporter(target: Target, port: int, host: str) -> None:
     except OSError as exc:
         raise Mistake(f"cannot serve on {host}:{port}: {exc}") from None
     try:  # Ctrl-C stops it cleanly, even right after it starts
-        click.echo(f"serving the Redis-side gauges on http://{host}:{port}/metrics (Ctrl-C stops)")
+        click.echo(
+            f"serving the Redis-side gauges of {target.url} ({target.origin}), prefix "
+            f"{target.prefix!r}, on http://{host}:{port}/metrics (Ctrl-C stops)"
+        )
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -56,9 +56,10 @@ __all__ = [
 ]
 
 #: seconds a state write's guard outlives a holder that stalled or died
-GUARD_TTL = 10.0
-#: seconds a write waits for another write of the same task before it goes ahead
-GUARD_WAIT = 5.0
+GUARD_TTL = 5.0
+#: seconds a write waits for another write of the same task before it goes
+#: ahead unguarded: longer than GUARD_TTL, so a dead holder's guard lapses first
+GUARD_WAIT = GUARD_TTL + 1.0
 
 log = logging.getLogger("celery_redislock")
 

@@ -351,3 +351,60 @@ def test_flower_shows_every_call_as_the_result_backend_does(
     if not wait_for_or_false(in_step, 60):
         report = "\n".join(f"{i} {calls[i]}: {final[i][0]}, Flower {shown(i)}" for i in ids)
         raise AssertionError(f"Flower disagrees with the result backend:\n{report}")
+
+
+# -- the state guard, step by step -------------------------------------------------
+
+HOLD_AND_DIE = """
+import os, signal, sys
+import redis
+from celery_redislock.core.park import Parking
+url, prefix, name, task_id = sys.argv[1:]
+Parking(redis.Redis.from_url(url), prefix, name).hold_state(task_id, "dead-writer", "", 5.0)
+os.kill(os.getpid(), signal.SIGKILL)  # killed between taking the guard and writing
+"""
+
+
+def guarded_app(redis_url: str, prefix: str) -> Celery:
+    app = Celery(f"guard-{uuid.uuid4().hex[:6]}", set_as_current=False)
+    app.conf.update(broker_url=redis_url, result_backend=redis_url, redislock_prefix=prefix)
+    return app
+
+
+def test_a_late_parked_never_lands_over_a_newer_state(redis_url: str, prefix: str) -> None:
+    from celery_redislock.core.park import ParkConfig, Parking
+    from celery_redislock.parking.states import PARKED, SUPERSEDED, store_state
+    from celery_redislock.settings import client_for
+
+    app = guarded_app(redis_url, prefix)
+    parking = Parking(client_for(app)[0], prefix, "late")
+    holder = parking.enqueue("holder", 1, "{}", 0, ParkConfig(deadline=5), "t")
+    assert holder.token  # the slot is reserved: the next call parks
+    assert parking.enqueue("x", 1, "{}", 0, ParkConfig(deadline=5), "t").count == 1
+    # x leaves the park (superseded by another caller) before its own PARKED is written
+    parking.drop("x")
+    assert store_state(app, "x", SUPERSEDED, {"superseded_by": "y"}, "late", "t")
+    assert not store_state(app, "x", PARKED, {}, "late", "t", needs="parked")  # too late
+    assert app.AsyncResult("x").state == SUPERSEDED
+    # while the task is parked, its PARKED is written
+    assert parking.enqueue("z", 1, "{}", 0, ParkConfig(deadline=5), "t").count == 1
+    assert store_state(app, "z", PARKED, {}, "late", "t", needs="parked")
+    assert app.AsyncResult("z").state == PARKED
+
+
+def test_a_writer_killed_holding_the_guard_only_delays_the_next_write(
+    redis_url: str, prefix: str
+) -> None:
+    from celery_redislock.parking.states import SUPERSEDED, store_state
+
+    app = guarded_app(redis_url, prefix)
+    done = subprocess.run(
+        [sys.executable, "-c", HOLD_AND_DIE, redis_url, prefix, "killed", "k1"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == -9  # it died holding the guard
+    guard = f"{prefix}:{{killed}}:state:k1"
+    assert redis.Redis.from_url(redis_url).get(guard) == b"dead-writer"
+    assert store_state(app, "k1", SUPERSEDED, {"superseded_by": "k2"}, "killed", "t")
+    assert app.AsyncResult("k1").state == SUPERSEDED  # written once the guard lapsed
+    assert not redis.Redis.from_url(redis_url).exists(guard)  # and given back
