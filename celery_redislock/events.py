@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +41,11 @@ log = logging.getLogger("celery_redislock")
 #: task events; None: not a worker (set by worker.py at ``worker_init``)
 _WORKER_EVENTS: bool | None = None
 _HOSTNAME: str | None = None  #: the worker's node name, for the events' ``hostname``
+#: the node name of the events a process that is not a worker sends (a caller
+#: that parks or supersedes, the CLI): Celery's state machine files every task
+#: event but ``task-sent`` under a worker of that name, so one name for all
+#: callers of a host, not one per process
+_CALLER = f"celery-redislock@{socket.gethostname()}"
 
 
 def in_worker(task_events: bool, hostname: str | None) -> None:
@@ -56,9 +62,12 @@ def enabled(app: Any) -> bool:
 
 
 def send(app: Any, type_: str, task_id: str, **fields: Any) -> None:
-    """Send ``type_`` (``task-parked``...) for ``task_id`` if :func:`enabled`."""
+    """Send ``type_`` (``task-parked``...) for ``task_id`` if :func:`enabled`;
+    a field that is None or empty (a name not known here) is left out, so it
+    never erases what the monitor knows."""
     if enabled(app):
-        _publish(app, type_, {"uuid": task_id, **fields})
+        known = {k: v for k, v in fields.items() if v is not None and v != ""}
+        _publish(app, type_, {"uuid": task_id, **known})
 
 
 def sent(app: Any, fields: Mapping[str, Any]) -> None:
@@ -90,7 +99,8 @@ def sent_fields(
 
 def _publish(app: Any, type_: str, fields: dict[str, Any]) -> None:
     try:
-        with app.events.default_dispatcher(hostname=_HOSTNAME) as dispatcher:
+        hostname = _HOSTNAME if _WORKER_EVENTS is not None else _CALLER
+        with app.events.default_dispatcher(hostname=hostname) as dispatcher:
             dispatcher.send(
                 type_, retry=True, retry_policy=app.conf.task_publish_retry_policy, **fields
             )

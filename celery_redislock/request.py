@@ -278,6 +278,7 @@ class ChildWatcher:
                     self._renewer = _Renewer(self)
                 self._renewer.submit(due)
 
+
 class _Renewal:
     """What the main process needs to renew one running task's leases."""
 

@@ -54,7 +54,9 @@ of its own.
 from __future__ import annotations
 
 import difflib
+import inspect
 import os
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -159,14 +161,17 @@ def _forms(conf: Any, name: str) -> tuple[str, ...]:
     return (name, name.upper(), "CELERY_" + name.upper())
 
 
-def _raw(conf: Any, key: str) -> Any:
-    """``conf[key]`` exactly as written (no namespace added), or a miss."""
-    for layer in getattr(conf, "maps", None) or [conf]:
-        try:
-            return layer[key]
-        except (KeyError, AttributeError):
-            continue
-    return _MISSING
+def _layers(conf: Any) -> list[Any]:
+    """The layers of ``conf`` in Celery's order: the changes made at run time
+    (``app.conf.update``) first, then the configuration object, then defaults."""
+    return list(getattr(conf, "maps", None) or [conf])
+
+
+def _in(layer: Any, key: str) -> Any:
+    try:
+        return layer[key]
+    except (KeyError, AttributeError):
+        return _MISSING
 
 
 _MISSING = object()
@@ -175,20 +180,25 @@ _MISSING = object()
 def setting(conf: Any, name: str, default: Any = None) -> tuple[Any, str]:
     """``(value, the key it was read from)`` of our setting ``name`` (lower-case,
     e.g. ``"redislock_url"``) in every form the app's configuration accepts;
-    ``(default, name)`` when unset.  Two forms with different values are a
+    ``(default, name)`` when unset.  As in Celery, a layer wins over the ones
+    below it (``app.conf.update(redislock_url=...)`` over the settings module,
+    in any spelling); two forms in one layer with different values are a
     ``ValueError`` naming both."""
-    values = ((key, _raw(conf, key)) for key in _forms(conf, name))
-    found = [(key, value) for key, value in values if value is not _MISSING]
-    if not found:
-        return default, name
-    (key, value), *others = found
-    for other, other_value in others:
-        if other_value != value:
-            raise ValueError(
-                f"{key} and {other} are both set, to different values ({value!r} and "
-                f"{other_value!r}): keep one"
-            )
-    return value, key
+    forms = _forms(conf, name)
+    for layer in _layers(conf):
+        values = ((key, _in(layer, key)) for key in forms)
+        found = [(key, value) for key, value in values if value is not _MISSING]
+        if not found:
+            continue
+        (key, value), *others = found
+        for other, other_value in others:
+            if other_value != value:
+                raise ValueError(
+                    f"{key} and {other} are both set, to different values ({value!r} and "
+                    f"{other_value!r}): keep one"
+                )
+        return value, key
+    return default, name
 
 
 def unread_settings(app: Any) -> list[str]:
@@ -198,18 +208,29 @@ def unread_settings(app: Any) -> list[str]:
     conf = app.conf
     read = {key for name in SETTINGS for key in _forms(conf, name)}
     lines = []
-    for key in sorted({str(k) for layer in getattr(conf, "maps", [conf]) for k in layer}):
-        if "redislock" not in key.lower() or key in read:
+    for key in sorted({str(k) for layer in _layers(conf) for k in layer}):
+        if not _LOOKS_LIKE_OURS.match(key) or key in read or not _a_value(conf, key):
             continue
         base = key.lower().removeprefix("celery_")
         guess = [base] if base in SETTINGS else _closest(base)
         if not guess:
             lines.append(f"celery-redislock: setting {key} is not read (no such setting)")
             continue
-        right = " or ".join(f for f in _forms(conf, guess[0]) if f.isupper() == key.isupper())
+        forms = _forms(conf, guess[0])
+        right = " or ".join([f for f in forms if f.isupper() == key.isupper()] or list(forms))
         why = "misspelt" if base not in SETTINGS else "not the form this app reads"
         lines.append(f"celery-redislock: setting {key} is not read ({why}): write {right}")
     return lines
+
+
+# A setting's name, not a module's (``import celery_redislock`` in a config module).
+_LOOKS_LIKE_OURS = re.compile(r"^(celery_)?redislock_\w+$", re.IGNORECASE)
+
+
+def _a_value(conf: Any, key: str) -> bool:
+    """Whether ``key`` holds a setting's value (not a module, class or function)."""
+    value = next((v for layer in _layers(conf) if (v := _in(layer, key)) is not _MISSING), None)
+    return not (inspect.ismodule(value) or inspect.isclass(value) or inspect.isroutine(value))
 
 
 def _closest(key: str) -> list[str]:
@@ -232,8 +253,10 @@ def _broker(conf: Any) -> tuple[str, str]:
             break
     else:
         return "", "broker_url"
-    if isinstance(value, (list, tuple)):
-        value = value[0] if value else ""
+    if isinstance(value, (list, tuple)):  # kombu's list: a failover list, or Sentinels
+        urls = [str(url) for url in value]
+        sentinels = bool(urls) and all(scheme_of(url) == "sentinel" for url in urls)
+        value = ";".join(urls) if sentinels else (urls[0] if urls else "")
     if isinstance(value, str) and ";" in value and scheme_of(value) != "sentinel":
         value = value.split(";", 1)[0].strip()  # the first of a failover list
     return (value if isinstance(value, str) else ""), source

@@ -62,7 +62,7 @@ def admit(
             promote(task.app, name, lease_set.script_limit, parking.client, parking.prefix,
                     task.name)  # fmt: skip
         log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
-        mark_revoked(task.app, task_id, "revoked", request, lock=name, task_name=task.name)
+        mark_revoked(task.app, task_id, "revoked", request, lock=parking, task_name=task.name)
         signals.lock_dropped.send(
             sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
         )

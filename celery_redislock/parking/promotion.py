@@ -80,7 +80,7 @@ def _publish_all(
                 again = True
                 continue
             meta = {"lock": parking.name, "token": token}
-            store_state(app, task_id, PROMOTED, meta, parking.name, envelope.get("task") or "",
+            store_state(app, task_id, PROMOTED, meta, parking, envelope.get("task") or "",
                         needs="inflight")  # fmt: skip
             try:
                 republish(app, envelope, token)
@@ -110,7 +110,10 @@ def never_runs(
     ``ChordError``, as for a plain revoked member), and its enqueue marker
     (``lock_dedupe``) given back, so later calls of its key are published."""
     task_name = (envelope or {}).get("task") or ""
-    mark_revoked(app, task_id, reason, request_of(envelope), parking.name, task_name)
+    # No envelope: it was not found in the park (it may have run, or be in the
+    # broker still), so not written as a parked task's state.
+    where = parking if envelope is not None else ""
+    mark_revoked(app, task_id, reason, request_of(envelope), where, task_name)
     _dropped(app, parking, task_id, reason, envelope)
 
 
@@ -127,7 +130,7 @@ def _unclaimed(
         f"its queue, and does it know the task {task_name!r}?"
     )
     log.error("%s; given up (redislock_park_max_publishes)", exc)
-    mark_failed(app, task_id, exc, request_of(envelope), parking.name, task_name or "")
+    mark_failed(app, task_id, exc, request_of(envelope), parking, task_name or "")
     _dropped(app, parking, task_id, "unclaimed", envelope)
 
 
@@ -137,7 +140,14 @@ def _dropped(
     """Give the enqueue marker (``lock_dedupe``) back, so later calls of its key
     are published, and send ``lock_dropped``."""
     task_name = (envelope or {}).get("task") or ""
-    dedupe.clear(parking.client, parking.prefix, parking.name, task_name, task_id)
+    # Without its message (revoked by name while still in the broker) the task
+    # name is unknown: try each de-duplicating task's marker (a no-op unless
+    # this task id holds it).
+    names = [task_name] if task_name else [
+        t.name for t in app.tasks.values() if getattr(t, "lock_dedupe", False)
+    ]  # fmt: skip
+    for name in names:
+        dedupe.clear(parking.client, parking.prefix, parking.name, name, task_id)
     task = app.tasks.get(task_name)
     signals.lock_dropped.send(
         sender=task, task_id=task_id, name=parking.name,

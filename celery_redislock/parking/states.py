@@ -16,7 +16,8 @@ here for a task of a parked name holds that task's guard in the lock Redis
 while its promotion is in flight; final states always.  A late ``PARKED``
 therefore never lands over ``SUPERSEDED``, ``PROMOTED``, ``REVOKED`` or a
 run's state, on any result backend (no compare-and-set of the backend is
-needed).  ``PROMOTED`` is written before the promoted message is published,
+needed); but a ``revoke`` without the lock name writes ``REVOKED``
+unguarded, and the park writes it again, guarded, when it drops the task.  ``PROMOTED`` is written before the promoted message is published,
 so Celery's own states of the run (``STARTED``, ``SUCCESS``...) always come
 after it.  Not guaranteed: a guard whose holder stalls longer than its TTL
 (:data:`GUARD_TTL`) lets the next write in; a lock Redis that fails during a
@@ -33,7 +34,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from celery.exceptions import Ignore
-from redis.exceptions import RedisError
 
 from .. import events, signals
 from ..core.errors import LockContended
@@ -54,6 +54,9 @@ __all__ = [
     "raise_if_bounded",
     "store_state",
 ]
+
+#: a parked task's name, or the name's :class:`Parking` (its client and prefix)
+Where = str | Parking
 
 #: seconds a state write's guard outlives a holder that stalled or died
 GUARD_TTL = 5.0
@@ -170,44 +173,49 @@ def announce_superseded(task: Any, replaced: Sequence[str], by: str, name: str, 
 
 
 def store_state(
-    app: Any, task_id: str, state: str, meta: dict[str, Any], lock: str = "",
+    app: Any, task_id: str, state: str, meta: dict[str, Any], lock: Where = "",
     task_name: str = "", needs: str = "",
 ) -> bool:  # fmt: skip
     """Write ``state`` (with ``meta``) for ``task_id`` to the result backend
-    and send its event, holding the task's guard when ``lock`` (the lock
-    name it is parked under) is given; ``needs`` the decision that must
-    still hold (``"parked"``, ``"inflight"``, ``""``).  False when it no
-    longer held, and nothing was written."""
+    and send its event, holding the task's guard when ``lock`` (the name it
+    is parked under, or that name's :class:`Parking` when the caller has one:
+    its client and prefix) is given; ``needs`` the decision that must still
+    hold (``"parked"``, ``"inflight"``, ``""``).  False when it no longer
+    held, and nothing was written."""
     with _guarded(app, lock, task_id, needs) as holds:
         if not holds:
             return False
         with contextlib.suppress(NotImplementedError, AttributeError):
             app.backend.store_result(task_id, meta, state)
-        events.send(app, f"task-{state.lower()}", task_id, name=task_name or None, **_fields(meta))
+        events.send(app, f"task-{state.lower()}", task_id, name=task_name, **_fields(meta))
         return True
 
 
 def mark_revoked(
-    app: Any, task_id: str, reason: str, request: Any = None, lock: str = "", task_name: str = ""
-) -> None:
+    app: Any, task_id: str, reason: str, request: Any = None, lock: Where = "",
+    task_name: str = "",
+) -> None:  # fmt: skip
     """REVOKED in the result backend; with the task's ``request`` a chord counts
     it.  Sent as ``task-revoked`` with the task's name (``expired`` set when
-    ``reason`` is ``"expired"``)."""
+    ``reason`` is ``"expired"``).  With ``lock`` (the task was taken out of
+    that name's park: it never ran) under the task's guard."""
     with _guarded(app, lock, task_id, ""):
         with contextlib.suppress(NotImplementedError, AttributeError):
             app.backend.mark_as_revoked(task_id, reason, request=request)
         # state: Celery's event state machine ranks its custom states (PARKED)
         # above REVOKED and would keep a revoked parked task PARKED; an event's
         # fields are applied to the task as they are, so this one says it.
+        # Only for a task known never to have run (taken out of a park).
+        never_ran = {"state": "REVOKED"} if lock else {}
         events.send(
             app, "task-revoked", task_id, name=task_name or getattr(request, "task", None),
             terminated=False, signum=None, expired=reason == "expired", reason=reason,
-            state="REVOKED",
+            **never_ran,
         )  # fmt: skip
 
 
 def mark_failed(
-    app: Any, task_id: str, exc: BaseException, request: Any = None, lock: str = "",
+    app: Any, task_id: str, exc: BaseException, request: Any = None, lock: Where = "",
     task_name: str = "",
 ) -> None:  # fmt: skip
     """FAILURE with ``exc`` in the result backend (errbacks and a chord it
@@ -215,7 +223,7 @@ def mark_failed(
     with _guarded(app, lock, task_id, ""):
         with contextlib.suppress(NotImplementedError, AttributeError):
             app.backend.mark_as_failure(task_id, exc, request=request)
-        events.send(app, "task-failed", task_id, name=task_name or None, exception=repr(exc))
+        events.send(app, "task-failed", task_id, name=task_name, exception=repr(exc))
 
 
 def _fields(meta: dict[str, Any]) -> dict[str, Any]:
@@ -224,23 +232,29 @@ def _fields(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _guarded(app: Any, lock: str, task_id: str, needs: str) -> Iterator[bool]:
+def _guarded(app: Any, lock: Where, task_id: str, needs: str) -> Iterator[bool]:
     """Hold ``task_id``'s state guard for the block (see the module docstring);
-    yields whether the write may go ahead."""
+    yields whether the write may go ahead.  Whatever goes wrong with the guard
+    itself (the lock Redis down, a Cluster unreachable, settings that name no
+    Redis), the write goes ahead unguarded, with a WARNING: a state is never
+    lost for want of its guard."""
     if not lock:
         yield True
         return
     holder = uuid.uuid4().hex
     try:
-        client, settings = client_for(app)
-        parking = Parking(client, settings.prefix, lock)
+        if isinstance(lock, Parking):
+            parking = lock
+        else:
+            client, settings = client_for(app)
+            parking = Parking(client, settings.prefix, lock)
         deadline = time.monotonic() + GUARD_WAIT
         while (held := parking.hold_state(task_id, holder, needs, GUARD_TTL)) == 0:
             if time.monotonic() > deadline:
                 log.warning("state of %s written without its guard: held too long", task_id)
                 break
             time.sleep(0.002)  # another write of this task id, about one backend write long
-    except RedisError as exc:
+    except Exception as exc:  # see the docstring
         log.warning("state of %s written without its guard (%r)", task_id, exc)
         yield True
         return
@@ -251,5 +265,5 @@ def _guarded(app: Any, lock: str, task_id: str, needs: str) -> Iterator[bool]:
         yield True
     finally:
         if held == 1:
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(Exception):
                 parking.free_state(task_id, holder)

@@ -513,3 +513,49 @@ def test_the_broker_is_resolved_as_celery_resolves_it(
     app.conf.update(conf)
     settings = settings_from_app(app)
     assert (settings.url, settings.url_setting, settings.is_broker) == (url, source, True)
+
+
+def test_a_run_time_change_wins_over_the_settings_module_in_any_spelling() -> None:
+    app = configured({"CELERY_REDISLOCK_URL": "redis://a/0"}, "CELERY")
+    app.conf.update(redislock_url="redis://b/0")  # as Celery: the change wins
+    assert (settings_from_app(app).url, settings_from_app(app).url_setting) == (
+        "redis://b/0", "redislock_url",
+    )  # fmt: skip
+
+
+def test_a_sentinel_broker_given_as_a_list_is_kept_whole() -> None:
+    app = Celery(f"s-{uuid.uuid4().hex[:6]}", set_as_current=False)
+    app.conf.broker_url = ["sentinel://s1:26379", "sentinel://s2:26379"]
+    assert settings_from_app(app).url == "sentinel://s1:26379;sentinel://s2:26379"
+
+
+def test_modules_and_a_lower_case_namespace_give_no_false_warning() -> None:
+    import celery_redislock
+
+    app = configured({"celery_redislock": celery_redislock, "REDISLOCK_URL": "redis://h/1"})
+    assert unread_settings(app) == []  # an imported module is not a setting
+    app = configured({"celery_broker_url": "redis://h/0", "REDISLOCK_URL": "redis://h/1"},
+                     "celery")  # fmt: skip
+    [line] = unread_settings(app)
+    assert line.endswith("write celery_redislock_url or redislock_url"), line
+
+
+def test_revoking_a_queued_deduplicated_task_by_name_gives_its_marker_back(
+    redis_url: str, prefix: str
+) -> None:
+    from celery_redislock.dedupe import claim, marker_key
+    from celery_redislock.parking import revoke
+
+    app = Celery(f"rv-{uuid.uuid4().hex[:6]}", set_as_current=False)
+    app.conf.update(broker_url=redis_url, result_backend=redis_url, redislock_prefix=prefix)
+
+    @app.task(base=LockedTask, lock_key="rv:{key}", lock_dedupe=True, shared=False)
+    def refresh(key: int) -> None: ...
+
+    reset()
+    client = redis.Redis.from_url(redis_url)
+    task_id = uuid.uuid4().hex  # queued in the broker, not parked
+    assert claim(client, prefix, "rv:1", refresh.name, task_id, 60) is None
+    assert revoke(app, task_id, "rv:1") == ""  # not in the park
+    assert not client.exists(marker_key(prefix, "rv:1", refresh.name))
+    assert app.AsyncResult(task_id).state == "REVOKED"
