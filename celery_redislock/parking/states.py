@@ -17,8 +17,9 @@ while its promotion is in flight; final states always.  A late ``PARKED``
 therefore never lands over ``SUPERSEDED``, ``PROMOTED``, ``REVOKED`` or a
 run's state, on any result backend (no compare-and-set of the backend is
 needed); but a ``revoke`` without the lock name writes ``REVOKED``
-unguarded, and the park writes it again, guarded, when it drops the task.  ``PROMOTED`` is written before the promoted message is published,
-so Celery's own states of the run (``STARTED``, ``SUCCESS``...) always come
+unguarded, and the park writes it again, guarded, when it drops the task.
+``PROMOTED`` is written before the promoted message is published, so
+Celery's own states of the run (``STARTED``, ``SUCCESS``...) always come
 after it.  Not guaranteed: a guard whose holder stalls longer than its TTL
 (:data:`GUARD_TTL`) lets the next write in; a lock Redis that fails during a
 write lets the write through unguarded (logged).
