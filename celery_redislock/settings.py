@@ -35,7 +35,7 @@ old-style upper-case names ``REDISLOCK_URL`` and ``CELERY_REDISLOCK_URL``
 (Django projects that load their settings without a namespace).  Two forms
 with different values are a ``ValueError``.  A setting that looks like ours
 but is read in no form (misspelt, or a prefix the namespace does not use) is
-named by :func:`unread_settings`, which the worker logs at start.
+named by ``workercheck.unread_settings``, which the worker logs at start.
 
 **The broker** behind the default ``redislock_url`` is resolved as Celery
 resolves it (``app.conf.broker_write_url``: ``CELERY_BROKER_WRITE_URL``,
@@ -53,10 +53,7 @@ of its own.
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import os
-import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,16 +65,19 @@ from .core.keys import DEFAULT_PREFIX, validate_prefix
 from .core.park import ParkConfig
 
 __all__ = [
+    "MISSING",
     "SETTINGS",
     "Settings",
     "broker_url",
     "client_for",
+    "forms_of",
+    "layers_of",
     "park_settings",
     "reset",
     "setting",
     "settings_for",
     "settings_from_app",
-    "unread_settings",
+    "value_in",
     "where",
 ]
 
@@ -151,7 +151,7 @@ _BROKER_SOURCES = {
 }
 
 
-def _forms(conf: Any, name: str) -> tuple[str, ...]:
+def forms_of(conf: Any, name: str) -> tuple[str, ...]:
     """The keys ``name`` is read from in ``conf`` (see the module docstring)."""
     conf.get(name)  # a read loads a pending configuration, and with it the namespace
     namespace = getattr(conf, "prefix", None)  # "CELERY_" under namespace="CELERY"
@@ -161,20 +161,20 @@ def _forms(conf: Any, name: str) -> tuple[str, ...]:
     return (name, name.upper(), "CELERY_" + name.upper())
 
 
-def _layers(conf: Any) -> list[Any]:
+def layers_of(conf: Any) -> list[Any]:
     """The layers of ``conf`` in Celery's order: the changes made at run time
     (``app.conf.update``) first, then the configuration object, then defaults."""
     return list(getattr(conf, "maps", None) or [conf])
 
 
-def _in(layer: Any, key: str) -> Any:
+def value_in(layer: Any, key: str) -> Any:
     try:
         return layer[key]
     except (KeyError, AttributeError):
-        return _MISSING
+        return MISSING
 
 
-_MISSING = object()
+MISSING = object()
 
 
 def setting(conf: Any, name: str, default: Any = None) -> tuple[Any, str]:
@@ -184,10 +184,10 @@ def setting(conf: Any, name: str, default: Any = None) -> tuple[Any, str]:
     below it (``app.conf.update(redislock_url=...)`` over the settings module,
     in any spelling); two forms in one layer with different values are a
     ``ValueError`` naming both."""
-    forms = _forms(conf, name)
-    for layer in _layers(conf):
-        values = ((key, _in(layer, key)) for key in forms)
-        found = [(key, value) for key, value in values if value is not _MISSING]
+    forms = forms_of(conf, name)
+    for layer in layers_of(conf):
+        values = ((key, value_in(layer, key)) for key in forms)
+        found = [(key, value) for key, value in values if value is not MISSING]
         if not found:
             continue
         (key, value), *others = found
@@ -199,49 +199,6 @@ def setting(conf: Any, name: str, default: Any = None) -> tuple[Any, str]:
                 )
         return value, key
     return default, name
-
-
-def unread_settings(app: Any) -> list[str]:
-    """One line per setting of ``app`` that looks like ours (its name holds
-    ``redislock``) but is read in no form: misspelt, or under a prefix the
-    app's namespace does not use.  Each names the form that works."""
-    conf = app.conf
-    read = {key for name in SETTINGS for key in _forms(conf, name)}
-    lines = []
-    for key in sorted({str(k) for layer in _layers(conf) for k in layer}):
-        if not _LOOKS_LIKE_OURS.match(key) or key in read or not _a_value(conf, key):
-            continue
-        base = key.lower().removeprefix("celery_")
-        guess = [base] if base in SETTINGS else _closest(base)
-        if not guess:
-            lines.append(f"celery-redislock: setting {key} is not read (no such setting)")
-            continue
-        forms = _forms(conf, guess[0])
-        right = " or ".join([f for f in forms if f.isupper() == key.isupper()] or list(forms))
-        why = "misspelt" if base not in SETTINGS else "not the form this app reads"
-        lines.append(f"celery-redislock: setting {key} is not read ({why}): write {right}")
-    return lines
-
-
-# A setting's name, not a module's (``import celery_redislock`` in a config module).
-_LOOKS_LIKE_OURS = re.compile(r"^(celery_)?redislock_\w+$", re.IGNORECASE)
-
-
-def _a_value(conf: Any, key: str) -> bool:
-    """Whether ``key`` holds a setting's value (not a module, class or function)."""
-    value = next((v for layer in _layers(conf) if (v := _in(layer, key)) is not _MISSING), None)
-    return not (inspect.ismodule(value) or inspect.isclass(value) or inspect.isroutine(value))
-
-
-def _closest(key: str) -> list[str]:
-    """The setting ``key`` (lower-case, not ours) most likely meant: one whose
-    words include all of its words (``redislock_ttl``: ``redislock_default_ttl``),
-    else the closest spelling (``redislock_park_mx``: ``redislock_park_max``)."""
-    words = set(key.split("_"))
-    covering = [name for name in SETTINGS if words <= set(name.split("_"))]
-    tails = {name.removeprefix("redislock_"): name for name in SETTINGS}
-    close = difflib.get_close_matches(key.removeprefix("redislock_"), tails, 1, 0.75)
-    return covering[:1] or [tails[tail] for tail in close]
 
 
 def _broker(conf: Any) -> tuple[str, str]:

@@ -13,11 +13,18 @@ Not guaranteed: a Redis that is fine at start can fail later (each task then
 logs its own one-line ERROR), and the probe cannot see permissions only the
 waiting path needs (``BLPOP``) or a cluster node other than the probe's.
 The probe leaves the name's fence counter behind (10 minutes).
+
+Before the probe, :func:`unread_settings` names each setting that looks like
+ours but that no form of the app's configuration reads (a misspelt name, a
+prefix the namespace does not use), one WARNING each with the form that works.
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
+import re
 from typing import Any
 
 from redis.backoff import NoBackoff
@@ -27,10 +34,25 @@ from redis.retry import Retry
 from .core.connection import client_from_url
 from .core.lock import RedisLock
 from .diagnose import diagnose
-from .settings import Settings, settings_from_app, unread_settings
+from .settings import (
+    MISSING,
+    SETTINGS,
+    Settings,
+    forms_of,
+    layers_of,
+    settings_from_app,
+    value_in,
+)
 from .settings import where as where_of
 
-__all__ = ["MIN_REDIS_VERSION", "PROBE_NAME", "check_app", "check_at_start", "check_settings"]
+__all__ = [
+    "MIN_REDIS_VERSION",
+    "PROBE_NAME",
+    "check_app",
+    "check_at_start",
+    "check_settings",
+    "unread_settings",
+]
 
 log = logging.getLogger("celery_redislock")
 
@@ -117,3 +139,48 @@ def check_at_start(app: Any) -> None:
         log.warning("%s", problem)
     if not problems:
         log.info("celery-redislock: lock Redis at %s reachable", where)
+
+
+def unread_settings(app: Any) -> list[str]:
+    """One line per setting of ``app`` that looks like ours (its name holds
+    ``redislock``) but is read in no form: misspelt, or under a prefix the
+    app's namespace does not use.  Each names the form that works."""
+    conf = app.conf
+    read = {key for name in SETTINGS for key in forms_of(conf, name)}
+    lines = []
+    for key in sorted({str(k) for layer in layers_of(conf) for k in layer}):
+        if not _LOOKS_LIKE_OURS.match(key) or key in read or not _a_value(conf, key):
+            continue
+        base = key.lower().removeprefix("celery_")
+        guess = [base] if base in SETTINGS else _closest(base)
+        if not guess:
+            lines.append(f"celery-redislock: setting {key} is not read (no such setting)")
+            continue
+        forms = forms_of(conf, guess[0])
+        right = " or ".join([f for f in forms if f.isupper() == key.isupper()] or list(forms))
+        why = "misspelt" if base not in SETTINGS else "not the form this app reads"
+        lines.append(f"celery-redislock: setting {key} is not read ({why}): write {right}")
+    return lines
+
+
+# A setting's name, not a module's (``import celery_redislock`` in a config module).
+_LOOKS_LIKE_OURS = re.compile(r"^(celery_)?redislock_\w+$", re.IGNORECASE)
+
+
+def _a_value(conf: Any, key: str) -> bool:
+    """Whether ``key`` holds a setting's value (not a module, class or function)."""
+    value = next(
+        (v for layer in layers_of(conf) if (v := value_in(layer, key)) is not MISSING), None
+    )
+    return not (inspect.ismodule(value) or inspect.isclass(value) or inspect.isroutine(value))
+
+
+def _closest(key: str) -> list[str]:
+    """The setting ``key`` (lower-case, not ours) most likely meant: one whose
+    words include all of its words (``redislock_ttl``: ``redislock_default_ttl``),
+    else the closest spelling (``redislock_park_mx``: ``redislock_park_max``)."""
+    words = set(key.split("_"))
+    covering = [name for name in SETTINGS if words <= set(name.split("_"))]
+    tails = {name.removeprefix("redislock_"): name for name in SETTINGS}
+    close = difflib.get_close_matches(key.removeprefix("redislock_"), tails, 1, 0.75)
+    return covering[:1] or [tails[tail] for tail in close]

@@ -32,8 +32,8 @@ from celery import Celery
 
 from celery_redislock import LockedTask, SemaphoreTask
 from celery_redislock.core.connection import redact
-from celery_redislock.settings import reset, settings_from_app, unread_settings
-from celery_redislock.workercheck import PROBE_NAME
+from celery_redislock.settings import reset, settings_from_app
+from celery_redislock.workercheck import PROBE_NAME, unread_settings
 from tests.waiting import wait_for
 
 BIN = Path(sys.executable).parent
