@@ -63,6 +63,14 @@ def user_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def env_configured(tmp_path: Path, redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
+    """A shell configured the 12-factor way: broker and results from the environment."""
+    return user_env(
+        tmp_path, CELERY_BROKER_URL=redis_url, CELERY_RESULT_BACKEND=redis_url,
+        QUEUE=prefix, PREFIX=prefix, **extra,
+    )  # fmt: skip
+
+
 @contextmanager
 def worker(tmp_path: Path, env: dict[str, str], *args: str) -> Iterator[Path]:
     """``celery <args> worker`` as a user starts it; yields its log once ready."""
@@ -153,10 +161,7 @@ def test_a_worker_configured_only_by_the_environment_runs_guarded_tasks(
     tmp_path: Path, redis_url: str, prefix: str
 ) -> None:
     (tmp_path / "envproj.py").write_text(ENV_APP)
-    env = user_env(
-        tmp_path, CELERY_BROKER_URL=redis_url, CELERY_RESULT_BACKEND=redis_url,
-        QUEUE=prefix, PREFIX=prefix,
-    )  # fmt: skip
+    env = env_configured(tmp_path, redis_url, prefix)
     with worker(tmp_path, env, "-A", "envproj") as log:
         states = send(tmp_path, env, "envproj", "(report, (1,)), (sync, (1,))", "report, sync")
         text = log.read_text()
@@ -293,10 +298,7 @@ def test_the_start_line_and_status_name_the_redis_a_client_factory_uses(
 ) -> None:
     locks = other_db(redis_url, 6)
     (tmp_path / "envproj.py").write_text(FACTORY_APP)
-    env = user_env(
-        tmp_path, CELERY_BROKER_URL=redis_url, CELERY_RESULT_BACKEND=redis_url,
-        QUEUE=prefix, PREFIX=prefix, LOCKS=locks,
-    )  # fmt: skip
+    env = env_configured(tmp_path, redis_url, prefix, LOCKS=locks)
     with worker(tmp_path, env, "-A", "envproj") as log:
         states = send(tmp_path, env, "envproj", "(report, (2,)),", "report")
         text = log.read_text()
@@ -331,10 +333,7 @@ def test_two_deduplicating_tasks_that_share_a_template_never_drop_each_other(
     tmp_path: Path, redis_url: str, prefix: str
 ) -> None:
     (tmp_path / "envproj.py").write_text(DEDUPE_APP)
-    env = user_env(
-        tmp_path, CELERY_BROKER_URL=redis_url, CELERY_RESULT_BACKEND=redis_url,
-        QUEUE=prefix, PREFIX=prefix,
-    )  # fmt: skip
+    env = env_configured(tmp_path, redis_url, prefix)
     code = textwrap.dedent("""
         from envproj import send_invoice, send_receipt
         calls = [send_invoice.delay(1, 2), send_invoice.delay(1, 2), send_receipt.delay(1, 2)]

@@ -65,6 +65,16 @@ def states(app: Celery, ids: list[str]) -> dict[str, tuple[str, Any]]:
     return out
 
 
+def all_final(app: Celery, ids: list[str]) -> dict[str, tuple[str, Any]]:
+    """The states of ``ids`` once every one of them is final (120 s at most)."""
+
+    def settled() -> dict[str, tuple[str, Any]]:
+        now = states(app, ids)
+        return now if all(state in FINAL for state, _ in now.values()) else {}
+
+    return wait_for(settled, 120, 0.2, "every call in a final state")
+
+
 # -- the result backend only moves forward -----------------------------------------
 
 PRODUCER = """
@@ -118,12 +128,7 @@ def test_a_stampede_leaves_no_call_behind_its_real_state(
     celery_worker_factory(config, module="tests.celery_apps.monitoring", concurrency=2)
     ids = stampede(config, task, producers=4, each=25)
     assert len(set(ids)) == 100
-
-    def settled() -> dict[str, tuple[str, Any]]:
-        now = states(app, ids)
-        return now if all(state in FINAL for state, _ in now.values()) else {}
-
-    final = wait_for(settled, 120, 0.2, "every call in a final state")
+    final = all_final(app, ids)
     runs = ran(app, config)
     assert {state for state, _ in final.values()} <= {"SUCCESS", "SUPERSEDED"}, final
     assert all(final[task_id][0] == "SUCCESS" for task_id in runs if task_id in final)
@@ -235,12 +240,7 @@ def test_the_event_stream_ends_every_call_where_the_result_backend_does(
     with Monitor(app) as monitor:
         calls = mixed_scenario(app, config)
         ids = list(calls)
-
-        def settled() -> dict[str, tuple[str, Any]]:
-            now = states(app, ids)
-            return now if all(state in FINAL for state, _ in now.values()) else {}
-
-        final = wait_for(settled, 120, 0.2, "every call in a final state")
+        final = all_final(app, ids)
 
         def in_step() -> bool:
             return all(monitor.seen(i)[:2] == (final[i][0], calls[i]) for i in ids)
@@ -334,12 +334,7 @@ def test_flower_shows_every_call_as_the_result_backend_does(
     wait_for(listening, 60, 0.5, "Flower to receive events")
     calls = mixed_scenario(app, config)
     ids = list(calls)
-
-    def settled() -> dict[str, tuple[str, Any]]:
-        now = states(app, ids)
-        return now if all(state in FINAL for state, _ in now.values()) else {}
-
-    final = wait_for(settled, 120, 0.2, "every call in a final state")
+    final = all_final(app, ids)
 
     def shown(task_id: str) -> tuple[str | None, str | None]:
         info = flower_json(flower, f"/api/task/info/{task_id}") or {}
