@@ -24,12 +24,11 @@ from typing import Any
 import click
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from .core.address import address_of
-from .core.connection import client_from_url, redact
+from .core.connection import client_from_url
 from .core.inspection import LeaseSetState
 from .core.keys import validate_prefix
 from .diagnose import diagnose, one_line
-from .settings import Settings, settings_from_app, where
+from .settings import Settings, named, settings_from_app, where
 
 __all__ = [
     "MASTER_HELP",
@@ -206,10 +205,7 @@ def _target(app: Any, url: str | None, prefix: str | None, master_name: str | No
         raise Mistake(one_line(str(exc), 1000)) from None
     except (RedisError, RedisClusterException) as exc:  # a cluster client connects when built
         raise _failure(exc, where(settings), None) from None
-    if settings.from_factory:  # the Redis the factory's client uses, not the URL it was given
-        shown, origin = address_of(client), "the client of setting redislock_client_factory"
-    else:
-        shown, origin = redact(settings.url), settings.url_origin
+    shown, origin = named(settings, client)  # a factory's client: where it connects
     return Target(client, shown, prefix, app, origin)
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "client_for",
     "forms_of",
     "layers_of",
+    "named",
     "park_settings",
     "reset",
     "setting",
@@ -275,14 +276,19 @@ def settings_from_app(app: Any, url: str | None = None) -> Settings:
     )
 
 
-def where(settings: Settings, client: Any = None) -> str:
-    """The Redis ``settings`` name, for messages: the redacted URL and the
-    setting it came from; with ``redislock_client_factory``, the address the
-    factory's ``client`` connects to (``settings.url`` is only what the
-    factory was given)."""
+def named(settings: Settings, client: Any = None) -> tuple[str, str]:
+    """The Redis ``settings`` name, for messages, and where it came from: the
+    redacted URL and its setting; with ``redislock_client_factory``, the
+    address the factory's ``client`` connects to (``settings.url`` is only
+    what the factory was given)."""
     if settings.from_factory and client is not None:
-        return f"{address_of(client)} (the client of setting redislock_client_factory)"
-    return f"{redact(settings.url)} ({settings.url_origin})"
+        return address_of(client), "the client of setting redislock_client_factory"
+    return redact(settings.url), settings.url_origin
+
+
+def where(settings: Settings, client: Any = None) -> str:
+    """:func:`named` as one phrase: ``redis://host:6379/0 (setting redislock_url)``."""
+    return "{} ({})".format(*named(settings, client))
 
 
 def metrics_settings(app: Any) -> dict[str, Any]:
