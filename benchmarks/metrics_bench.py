@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from celery_redislock.servers import free_port
+from celery_redislock.testing.servers import free_port
 
 from . import common
 from .celery_bench import _throughput_run

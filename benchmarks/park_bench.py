@@ -367,7 +367,7 @@ def _against_relay(runs: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m benchmarks.park_bench [--sizes N ...]``: this part alone."""
-    from celery_redislock.servers import redis_url
+    from celery_redislock.testing.servers import redis_url
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.park_bench")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(BacklogParams().sizes))

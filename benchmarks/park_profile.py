@@ -87,7 +87,7 @@ def classify(lines: list[tuple[bool, str, str, str]], prefix: str) -> dict[str, 
 
 
 def main() -> int:
-    from celery_redislock.servers import free_port
+    from celery_redislock.testing.servers import free_port
     from tests.celery_apps.basic import create_app
     from tests.celery_harness import worker_factory
 

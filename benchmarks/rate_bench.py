@@ -309,7 +309,7 @@ def section(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m benchmarks.rate_bench [--quick] [--n N]``: this part alone."""
-    from celery_redislock.servers import redis_url
+    from celery_redislock.testing.servers import redis_url
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rate_bench")
     parser.add_argument("--quick", action="store_true")

@@ -34,7 +34,7 @@ import redis
 from celery_redislock import FairSemaphore, RedisLock
 from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.core.scripts import LuaScript
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 
 TTL = 30
 

@@ -32,7 +32,7 @@ from typing import Any
 from celery_redislock import RedisLock
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.core.heartbeat import refresh_leases
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 from devtools.engines import LocalCluster
 
 NAMES_PER_PROCESS = 64

@@ -5,7 +5,7 @@ Celery; the task base classes (:class:`LockedTask`, :class:`SemaphoreTask`)
 build on them.
 """
 
-from . import signals, worker
+from . import signals
 from .core.errors import (
     AcquireTimeout,
     LockContended,
@@ -26,6 +26,7 @@ from .core.semaphore import FairSemaphore
 from .parking import PARKED, PROMOTED, SUPERSEDED, ParkFull, ParkUnclaimed
 from .policies import SKIPPED
 from .task import LockedTask, RateLimitedTask, SemaphoreTask
+from .worker import lifecycle
 
 __all__ = [
     "HEARTBEAT",
@@ -60,4 +61,4 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-worker.connect()
+lifecycle.connect()

@@ -38,7 +38,7 @@ __all__ = ["enabled", "in_worker", "send", "sent", "sent_fields"]
 log = logging.getLogger("celery_redislock")
 
 #: whether this process is a worker's (or one of its pool children) that sends
-#: task events; None: not a worker (set by worker.py at ``worker_init``)
+#: task events; None: not a worker (set by worker/lifecycle.py at ``worker_init``)
 _WORKER_EVENTS: bool | None = None
 _HOSTNAME: str | None = None  #: the worker's node name, for the events' ``hostname``
 #: the node name of the events a process that is not a worker sends (a caller

@@ -35,7 +35,7 @@ old-style upper-case names ``REDISLOCK_URL`` and ``CELERY_REDISLOCK_URL``
 (Django projects that load their settings without a namespace).  Two forms
 with different values are a ``ValueError``.  A setting that looks like ours
 but is read in no form (misspelt, or a prefix the namespace does not use) is
-named by ``workercheck.unread_settings``, which the worker logs at start.
+named by ``worker/checks.py`` ``unread_settings``, which the worker logs at start.
 
 **The broker** behind the default ``redislock_url`` is resolved as Celery
 resolves it (``app.conf.broker_write_url``: ``CELERY_BROKER_WRITE_URL``,

@@ -18,7 +18,7 @@ What is guaranteed (docs/lifecycle.md has every way a task ends):
   ``autoretry_for`` re-publish the task, so a retry never meets its own lock;
 * when the pool child dies (SIGKILL, hard time limit, revoke with
   ``terminate``) the worker's main process releases what that child held for
-  that task (:mod:`celery_redislock.request`);
+  that task (:mod:`celery_redislock.run.request`);
 * a contended task is never silently dropped: each policy
   (:mod:`celery_redislock.policies`) ends it in a visible state with a log
   line and a ``lock_contended`` signal.
@@ -28,7 +28,7 @@ Inside the body (``bind=True``), ``self.request.redislock`` is the held
 ``apply()``, ``task_always_eager``), and ``None`` in a plain call
 (``refresh_cache(7)``), which runs the body without a lock.
 ``semaphore_limit`` may be a callable of the task's arguments, evaluated
-for every run (:mod:`celery_redislock.limits`).
+for every run (:mod:`celery_redislock.enqueue.limits`).
 
 Not guaranteed: exclusion against a body that outlives a *lost* lease (GC
 pause, Redis restart): it is told (``lock_lost`` signal, warning,
@@ -50,20 +50,21 @@ from celery import Task
 from celery._state import _task_stack
 from celery.exceptions import Ignore, Retry
 
-from . import admission, dedupe, enqueue, options
 from .core.errors import Superseded
 from .core.leaseset import LeaseSet
 from .core.rate import NO_RATE, Rate, RateTerms
 from .core.validation import check_ttl
 from .diagnose import FailedClosed
-from .leases import lease_set_for
-from .limits import PerCall, check_limit_value, rate_options
-from .naming import KeyBuilder, keys_of_task_class
+from .enqueue import dedupe, options, publish
+from .enqueue.limits import PerCall, check_limit_value, rate_options
+from .enqueue.naming import KeyBuilder, keys_of_task_class
 from .parking import StillPending
 from .parking.arrival import back_to_the_head
 from .parking.states import announce_superseded
 from .policies import check_options, check_policy, restore_retries
-from .release import release_after_run, release_dead_child
+from .run import admission
+from .run.leases import lease_set_for
+from .run.release import release_after_run, release_dead_child
 
 __all__ = ["GuardedTask", "LockedTask", "RateLimitedTask", "SemaphoreTask"]
 
@@ -74,7 +75,7 @@ UNCAPPED = 1_000_000
 class GuardedTask(Task):  # type: ignore[misc]
     """Shared machinery of :class:`LockedTask` and :class:`SemaphoreTask`."""
 
-    Request = "celery_redislock.request:LockRequest"
+    Request = "celery_redislock.run.request:LockRequest"
     #: a Redis failure at lock time is logged by us in one line: no traceback from Celery
     throws: tuple[type[BaseException], ...] = (FailedClosed,)
 
@@ -154,7 +155,8 @@ class GuardedTask(Task):  # type: ignore[misc]
     ) -> int:
         """The slot limit a call with these arguments uses (1 for a :class:`LockedTask`).
 
-        A callable ``semaphore_limit`` is evaluated now (see :mod:`celery_redislock.limits`).
+        A callable ``semaphore_limit`` is evaluated now (see
+        :mod:`celery_redislock.enqueue.limits`).
         """
         slots = type(self)._redislock_slots
         return 1 if slots is None else slots.for_call(args, kwargs)
@@ -188,7 +190,7 @@ class GuardedTask(Task):  # type: ignore[misc]
         task_id: str | None = None,
     ) -> LeaseSet:
         """A lease-set object for ``name`` on the app's Redis (for inspection or
-        holding); see :func:`celery_redislock.leases.lease_set_for`."""
+        holding); see :func:`celery_redislock.run.leases.lease_set_for`."""
         return lease_set_for(
             self, name, ttl=ttl, limit=limit, owner_prefix=owner_prefix, on_lost=on_lost,
             task_id=task_id,
@@ -206,14 +208,15 @@ class GuardedTask(Task):  # type: ignore[misc]
         **call: Any,
     ) -> Any:
         """``Task.apply_async`` plus the per-call options of
-        :mod:`celery_redislock.options`; see :func:`celery_redislock.enqueue.apply_async`."""
+        :mod:`celery_redislock.enqueue.options`; see
+        :func:`celery_redislock.enqueue.publish.apply_async`."""
 
         def send(task_id: str) -> Any:
             return super(GuardedTask, self).apply_async(
                 args, kwargs, task_id, producer, link, link_error, shadow, **call
             )
 
-        return enqueue.apply_async(self, args, kwargs, task_id, call, send)
+        return publish.apply_async(self, args, kwargs, task_id, call, send)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
@@ -344,7 +347,7 @@ class SemaphoreTask(GuardedTask):
     keeps the earlier requeue behaviour).  ``semaphore_ttl`` is an alias of
     ``lock_ttl`` (it wins when both are set).  ``semaphore_limit`` is an
     ``int >= 1`` or a callable of the task's arguments, evaluated per run
-    (:mod:`celery_redislock.limits`); a changed value applies to the next
+    (:mod:`celery_redislock.enqueue.limits`); a changed value applies to the next
     acquisitions.
     """
 

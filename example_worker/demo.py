@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from celery_redislock.servers import describe, redis_url
+from celery_redislock.testing.servers import describe, redis_url
 
 from .scenario import DEMO, SMALL, Scenario
 

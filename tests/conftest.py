@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 
 # The plugin users get: its throwaway Redis serves this suite too, and its
 # header line says which Redis the run uses (system, REDIS_URL or embedded).

@@ -1,6 +1,6 @@
 """Read-only views of the locks and semaphores in a Redis, and force-release.
 
-Used by the ``celery redislock`` command (:mod:`celery_redislock.cli`), usable
+Used by the ``celery redislock`` command (:mod:`celery_redislock.admin.cli`), usable
 on its own::
 
     snap = snapshot(client, "redislock")

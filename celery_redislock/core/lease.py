@@ -91,7 +91,7 @@ class Lease:
 
     # -- renewals done by others ----------------------------------------------
     # Past ``valid_until`` the lease may still be held: another process (the
-    # Celery worker's main process, see request.py) may have renewed it while
+    # Celery worker's main process, see run/request.py) may have renewed it while
     # this one could not run (a C call holding the GIL, a blocked event loop).
     # So the heartbeat reports the loss only after a renewal of its own, sent
     # after it saw the deadline pass, went unconfirmed for ``grace`` seconds,

@@ -48,29 +48,63 @@ in use and the keys at their limit without scanning the keyspace.  The
 Celery layer sets it; on a cluster it is ignored (the index lives in another
 slot) and those two gauges are not served.
 
-The class is split by concern: acquiring and waiting in
-:mod:`.leaseset_acquire`, release, hand-off and renewal in
-:mod:`.leaseset_release`, reading holders and waiters in
-:mod:`.leaseset_inspect`; this module builds and validates an instance and
-holds its state.  Import from this module: it also provides ``Holder``,
-``Waiter``, ``parse_inspect`` and ``WAIT_LEASE``.
+Guaranteed, acquiring:
+
+* admission is decided inside ``acquire.lua`` (one atomic call): a caller is
+  granted only while THE INVARIANT of ``lua/common.lua`` allows it and no
+  live waiter queued before it still waits, so newcomers never barge past
+  the queue;
+* a blocking acquire that is not granted has joined the queue in that same
+  call and blocks on its own wake list (``BLPOP``), never longer than the
+  script's retry time (the earliest holder's lease, at most half a wait
+  lease), the caller's deadline, or 0.8 of the client's socket timeout;
+* on True the lease runs at least ``ttl`` from the grant (a slot handed over
+  after a long wait is renewed once on receipt) and the heartbeat renews it;
+* a blocking acquire that gives up (timeout, an exception, a
+  ``KeyboardInterrupt``) leaves the queue and passes on a slot handed to it
+  meanwhile; if Redis cannot be reached then, its queue entry lapses by
+  itself at most one wait lease after its last request (a slot handed to
+  it, within its ttl);
+* with ``replicas=N``, a lease that fewer than N replicas acknowledge in
+  time is given back before ``NotReplicated`` is raised.
+
+Guaranteed, releasing and renewing:
+
+* a release is one ``release.lua`` call, which hands the freed slot directly
+  to the first live waiter(s), each admitted by its own limit, in arrival
+  order (see ``lua/common.lua``): the waiter becomes the holder inside that
+  call, so no newcomer can take the slot in between;
+* after ``release()`` / ``release_through()`` the instance holds nothing,
+  whether or not the lease was still held in Redis (``LockLost`` says it was
+  not); the heartbeat stops renewing the lease before Redis is asked;
+* ``refresh()`` never revives an expired lease: a lease found gone is marked
+  lost and forgotten.
+
+One class, as redis-py's ``Lock`` is: its state, acquiring and waiting,
+release and renewal, reading holders and waiters.  What Redis says about
+holders and waiters (``Holder``, ``Waiter``, ``parse_inspect``) is in
+:mod:`.holders`; one held lease is :class:`~.lease.Lease`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
-from types import TracebackType
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from types import EllipsisType, TracebackType
 from typing import Any, TypeVar
 
-from .errors import AcquireTimeout, Superseded
+from .errors import AcquireTimeout, LockError, LockLost, NotOwned, NotReplicated, Superseded
 from .heartbeat import HEARTBEAT, Heartbeat, is_cluster
+from .holders import Holder, Waiter, parse_inspect
 from .keys import DEFAULT_PREFIX, SUPERSEDED_FIELD, LeaseKeys, validate_name, validate_prefix
 from .lease import Lease, LostCallback
-from .leaseset_acquire import LeaseSetAdmission
-from .leaseset_inspect import Holder, Waiter, parse_inspect
-from .owners import HOSTNAME
-from .scripts import text
+from .liveness import holder_fields
+from .owners import HOSTNAME, new_owner
+from .replication import acknowledged_by
+from .scripts import ACQUIRE, INSPECT, RELEASE, text
 from .validation import check_timeout, check_ttl
 
 __all__ = ["WAIT_LEASE", "Holder", "LeaseSet", "Waiter", "parse_inspect"]
@@ -90,7 +124,14 @@ def _check_client(client: object) -> Any:
     return client
 
 
-class LeaseSet(LeaseSetAdmission):
+def _socket_timeout(client: Any) -> float | None:
+    # redis.Redis (also Sentinel's master_for): its pool; RedisCluster: its nodes manager.
+    holder = getattr(client, "connection_pool", None) or getattr(client, "nodes_manager", None)
+    value = getattr(holder, "connection_kwargs", {}).get("socket_timeout")
+    return float(value) if value else None
+
+
+class LeaseSet:
     """Up to ``limit`` concurrent holders of ``name``; see the module docstring.
 
     An instance holds at most one lease at a time.  The lease belongs to the
@@ -228,6 +269,231 @@ class LeaseSet(LeaseSetAdmission):
                 raise Superseded(self.name, by)
         if lease.superseded:
             raise Superseded(self.name)
+
+    # -- acquiring and waiting ---------------------------------------------
+    def acquire(
+        self, blocking: bool | None = None, timeout: float | EllipsisType | None = ...
+    ) -> bool:
+        """Take a slot; True on success.
+
+        ``blocking=False``: one attempt.  ``blocking=True``: wait in FIFO
+        order, woken by a release, for at most ``timeout`` seconds (None:
+        forever).  Left out, both follow ``blocking_timeout`` as ``with``
+        does (and as redis-py's ``Lock.acquire`` does): ``blocking`` is
+        ``blocking_timeout != 0`` and ``timeout`` is ``blocking_timeout``
+        (a ``blocking_timeout`` of 0 only means "do not wait by default":
+        ``acquire(blocking=True)`` then waits forever).
+
+        On True the lease runs at least ``ttl`` from the grant (a slot handed
+        over after a long wait is renewed on receipt).  Raises
+        :class:`LockError` if this instance already holds a lease, and Redis
+        errors as they are (nothing is held then).
+        """
+        if blocking is None:
+            blocking = self.blocking_timeout != 0
+        if timeout is ...:
+            timeout = self.blocking_timeout if blocking and self.blocking_timeout != 0 else None
+        else:
+            timeout = check_timeout(timeout, "timeout")
+            if timeout is not None and not blocking:
+                raise ValueError("timeout applies to blocking acquires only")
+        if self._lease is not None:
+            if not self._lease.lost:
+                raise LockError(f"this object already holds {self.name!r}; release it first")
+            self._forget()
+        owner = new_owner(self.owner_prefix)
+        meta = self.holder_meta()
+        limit, ttl_ms, wait_ms = self._constant_args
+        args = [owner, limit, ttl_ms, meta, b"1" if blocking else b"0", wait_ms]
+        keys = self._script_keys
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cap = _socket_timeout(self.client) if blocking else None
+        try:
+            while True:
+                sent_at = time.monotonic()
+                reply = ACQUIRE(self.client, keys, args)  # token, or -retry_in_ms
+                if reply > 0:
+                    return self._hold(self._new_lease(owner, reply, sent_at))
+                if not blocking:
+                    return False
+                block = -reply / 1000  # the script caps it at half the wait lease
+                if deadline is not None:
+                    block = min(block, deadline - time.monotonic())
+                    if block <= 0:
+                        self._abandon(owner)
+                        return False
+                if cap is not None:
+                    block = min(block, cap * 0.8)
+                popped = self.client.blpop([self.keys.wake(owner)], timeout=max(block, 0.001))
+                if popped is None:
+                    continue
+                token = int(popped[1])
+                if token <= 0:
+                    continue  # a nudge: a holder's lease ends sooner than we planned to ask
+                lease = self._new_lease(owner, token, sent_at)
+                if self._confirm_handoff(lease):
+                    return self._hold(lease)
+        except BaseException:
+            if blocking:
+                self._abandon_quietly(owner)
+            raise
+
+    def adopt(self, owner: str, token: int, sent_at: float) -> bool:
+        """Hold a lease another script granted to ``owner`` (e.g. the park policy's claim).
+
+        ``sent_at`` is ``time.monotonic()`` when that script call was sent:
+        the local deadline counts from it.  The heartbeat renews it from now on.
+        """
+        return self._hold(self._new_lease(owner, token, sent_at))
+
+    def _new_lease(self, owner: str, token: int, sent_at: float) -> Lease:
+        """A lease granted by a request sent at ``sent_at`` (or after it)."""
+        return Lease(
+            self.client,
+            self.keys,
+            owner,
+            token,
+            self.ttl,
+            sent_at + self.ttl,
+            self._on_lost,
+            handle=weakref.ref(self),
+        )
+
+    def _confirm_handoff(self, lease: Lease) -> bool:
+        """Make a handed-over lease's local deadline count from about now.
+
+        The hand-off happened at some moment after the last acquire request
+        was sent, which is all the waiter knows; after a long wait that bound
+        may leave little or nothing of the ttl.  Then one renewal (which never
+        revives an expired lease) moves the deadline to now + ttl.  False if
+        the lease expired before the waiter got to it (it was stalled past
+        the ttl): the caller then asks again.
+        """
+        if time.monotonic() - (lease.valid_until - lease.ttl) <= lease.ttl / 3:
+            return True
+        sent_at = time.monotonic()
+        if lease.renew() <= 0:
+            return False
+        lease.confirm(sent_at)
+        return True
+
+    def _hold(self, lease: Lease) -> bool:
+        self._lease = lease
+        self.renewer.add(lease)
+        if self.replicas:
+            self._await_replicas(lease.owner)
+        return True
+
+    def _await_replicas(self, owner: str) -> None:
+        """Give the lease back unless ``replicas`` replicas acknowledge it (see replication.py)."""
+        timeout_ms = max(1, int(self.replica_timeout * 1000))
+        try:
+            acked = acknowledged_by(self.client, self.keys.fence, self.replicas, timeout_ms)
+        except BaseException:
+            self._forget()
+            self._abandon_quietly(owner)
+            raise
+        if acked < self.replicas:
+            self._forget()
+            self.release_owner(owner)
+            raise NotReplicated(
+                f"acquired {self.name!r} on the primary, but only {acked} of the "
+                f"{self.replicas} replicas asked for acknowledged it within "
+                f"{self.replica_timeout} s; released it again"
+            )
+
+    def _abandon(self, owner: str) -> None:
+        """Leave the queue; a slot handed to us meanwhile is passed on."""
+        self.release_owner(owner)
+
+    def _abandon_quietly(self, owner: str) -> None:
+        # Redis unreachable: the queue entry lapses by itself.
+        with contextlib.suppress(Exception):
+            self._abandon(owner)
+
+    # -- release and renewal -----------------------------------------------
+    def release(self) -> None:
+        """Give the slot back (handing it to the next waiter).
+
+        Raises :class:`NotOwned` if this instance holds nothing, and
+        :class:`LockLost` if the lease had expired or been taken meanwhile.
+        Either way the instance holds nothing afterwards.
+        """
+        self.release_through(
+            lambda owner: bool(RELEASE(self.client, self._script_keys, self._release_args(owner)))
+        )
+
+    def release_through(self, release: Callable[[str], bool]) -> None:
+        """:meth:`release`, with the Redis call made by ``release(owner)``,
+        which returns True if ``owner`` held an unexpired slot.
+
+        For a caller whose release script does more in the same round trip
+        (the park policy's release also promotes parked work); it must give
+        the slot back as ``release.lua`` does.
+        """
+        lease = self._lease
+        if lease is None:
+            raise NotOwned(f"release() of {self.name!r}, which this object does not hold")
+        self._forget()
+        held = release(lease.owner)
+        if not held:
+            raise LockLost(
+                f"lease on {self.name!r} (fencing token {lease.token}) expired or was taken "
+                "before release"
+            )
+
+    def refresh(self, ttl: float | None = None) -> bool:
+        """Renew the lease to ``ttl`` (default: the instance's ttl) from now.
+
+        True if renewed.  False if the lease was already gone (it is then
+        marked lost and the instance holds nothing); an expired lease is
+        never revived.  Raises :class:`NotOwned` if nothing is held.
+        """
+        lease = self._lease
+        if lease is None:
+            raise NotOwned(f"refresh() of {self.name!r}, which this object does not hold")
+        if ttl is not None:
+            lease.ttl = check_ttl(ttl)
+            self.renewer.add(lease)  # renew at the new pace from now on
+        sent_at = time.monotonic()
+        if lease.renew() > 0:
+            lease.confirm(sent_at)
+            return True
+        lease.mark_lost("gone at refresh: expired, deleted, or Redis lost its data")
+        self._forget()
+        return False
+
+    def release_owner(self, owner: str) -> bool:
+        """Release the slot (or queue place) of ``owner``, whoever holds it locally.
+
+        For cleaning up after a holder that cannot release itself (a worker
+        child killed mid-task).  True if ``owner`` held an unexpired slot.
+        """
+        return bool(RELEASE(self.client, self._script_keys, self._release_args(owner)))
+
+    def _release_args(self, owner: str) -> list[Any]:
+        wait_ms = self._constant_args[2]
+        return [owner, wait_ms]
+
+    def _forget(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.close()
+            self.renewer.discard(lease)
+
+    # -- reading ----------------------------------------------------------
+    def holder_meta(self) -> str:
+        """The holder meta (JSON) an acquisition by this process stores: the
+        ``meta`` given, ``host``, ``pid`` and ``proc`` (see liveness.holder_fields)."""
+        return f"{self._meta_head}{holder_fields()}}}"
+
+    def holders(self) -> list[Holder]:
+        """Current unexpired holders, from Redis."""
+        return parse_inspect(INSPECT(self.client, self._script_keys, []))[1]
+
+    def waiters(self) -> list[Waiter]:
+        """Live queued waiters in arrival order, from Redis."""
+        return parse_inspect(INSPECT(self.client, self._script_keys, []))[2]
 
     # -- context manager ----------------------------------------------------
 

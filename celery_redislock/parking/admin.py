@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import dedupe
 from ..core.park import Parking, ParkStatus, indexed_names
+from ..enqueue import dedupe
 from ..settings import client_for
 from .message import json_loads
 from .promotion import never_runs, promote

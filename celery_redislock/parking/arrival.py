@@ -25,7 +25,7 @@ from ..core.leaseset import LeaseSet
 from ..core.owners import new_owner
 from ..core.park import Admission, Parking, Verdict
 from ..core.rate import RateLimiter
-from ..options import HEADER_PARK_TOKEN, header
+from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from .enqueue import NO_CHANGES
 from .message import envelope_of_request, expires_in, json_dumps

@@ -28,8 +28,8 @@ from redis.exceptions import RedisError
 from .. import events
 from ..core.park import Parking, Verdict
 from ..core.rate import NO_RATE, RateTerms
-from ..leases import script_limit
-from ..options import HEADER_PARK_TOKEN
+from ..enqueue.options import HEADER_PARK_TOKEN
+from ..run.leases import script_limit
 from ..settings import client_for
 from .message import envelope_of_publish, eta_in, expires_in, json_dumps, sent_fields_of
 from .states import announce_parked, announce_superseded, raise_if_bounded

@@ -21,8 +21,8 @@ from kombu.serialization import dumps as _kombu_dumps
 from kombu.serialization import loads as _kombu_loads
 from kombu.utils import json as _kombu_json
 
+from ..enqueue.options import HEADER_PARK_TOKEN
 from ..events import sent_fields
-from ..options import HEADER_PARK_TOKEN
 
 __all__ = [
     "envelope_of_publish",

@@ -18,11 +18,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .. import dedupe, events, signals
+from .. import events, signals
 from ..core import liveness
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
-from ..leases import script_limit
+from ..enqueue import dedupe
+from ..run.leases import script_limit
 from ..settings import client_for, settings_for
 from .message import json_loads, republish, request_of, sent_fields_of
 from .states import PROMOTED, ParkUnclaimed, mark_failed, mark_revoked, store_state
@@ -220,7 +221,7 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
     (see core/liveness.py: a whole worker killed, whose main process could not
     clean up after its children), and promote parked work into the freed slots,
     before the leases' TTL would have freed them.  ``own_children`` (pids of
-    this worker's pool children) are left to its own clean-up (request.py),
+    this worker's pool children) are left to its own clean-up (run/request.py),
     which also sends ``lock_released``.
     Returns how many it released."""
     client, settings = client_for(app)

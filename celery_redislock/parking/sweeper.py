@@ -13,7 +13,7 @@ interval, and is woken early by the index's channel when a park call makes a
 sooner time the earliest (single server; on a cluster it wakes at least once
 per interval).  A due name is held for one second by the sweeper that took it,
 so the sweepers of many workers do not all promote it.  Started and stopped by
-:mod:`celery_redislock.worker`.
+:mod:`celery_redislock.worker.lifecycle`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from ..core.heartbeat import is_cluster
 from ..core.keys import park_wake_channel
 from ..core.park import due_names
-from ..request import WATCHER
+from ..run.request import WATCHER
 from ..settings import broker_url, client_for
 from .promotion import promote, release_dead_holders
 

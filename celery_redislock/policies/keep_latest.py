@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.validation import check_ttl
-from ..options import HEADER_PARK_TOKEN, header
+from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..parking.enqueue import retry_at_head
 from .base import Context
 from .park import Park

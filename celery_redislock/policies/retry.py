@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 from celery.exceptions import Retry as CeleryRetry
 
 from ..core.errors import LockContended
-from ..options import HEADER_REQUEUES, HEADER_RETRIES_FROM_REQUEUES, header
+from ..enqueue.options import HEADER_REQUEUES, HEADER_RETRIES_FROM_REQUEUES, header
 from .base import Context, Policy, take
 
 __all__ = ["Retry", "requeue", "restore_retries"]

@@ -33,7 +33,7 @@ from celery import Celery
 from celery_redislock import LockedTask, SemaphoreTask
 from celery_redislock.core.connection import redact
 from celery_redislock.settings import reset, settings_from_app
-from celery_redislock.workercheck import PROBE_NAME, unread_settings
+from celery_redislock.worker.checks import PROBE_NAME, unread_settings
 from tests.waiting import wait_for
 
 BIN = Path(sys.executable).parent
@@ -542,7 +542,7 @@ def test_modules_and_a_lower_case_namespace_give_no_false_warning() -> None:
 def test_revoking_a_queued_deduplicated_task_by_name_gives_its_marker_back(
     redis_url: str, prefix: str
 ) -> None:
-    from celery_redislock.dedupe import claim, marker_key
+    from celery_redislock.enqueue.dedupe import claim, marker_key
     from celery_redislock.parking import revoke
 
     app = Celery(f"rv-{uuid.uuid4().hex[:6]}", set_as_current=False)

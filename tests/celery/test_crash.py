@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_redislock.servers import RedisServer, free_port
+from celery_redislock.testing.servers import RedisServer, free_port
 from tests import kombu_restore
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import WorkerProcess, worker_factory

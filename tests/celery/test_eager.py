@@ -23,8 +23,8 @@ from celery.exceptions import Retry
 
 from celery_redislock import FairSemaphore, LockContended, LockedTask, RedisLock, SemaphoreTask
 from celery_redislock import signals as lock_signals
-from celery_redislock.dedupe import claim, marker_key
-from celery_redislock.options import HEADER_DEDUPE
+from celery_redislock.enqueue.dedupe import claim, marker_key
+from celery_redislock.enqueue.options import HEADER_DEDUPE
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import redis
 from celery import Celery, shared_task
 
 from celery_redislock import LockedTask
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import LockContended, LockedTask, RedisLock, SemaphoreTask
-from celery_redislock.naming import MAX_KEY_LENGTH, canonical
+from celery_redislock.enqueue.naming import MAX_KEY_LENGTH, canonical
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import redis
 from celery.result import AsyncResult
 
 from celery_redislock import SKIPPED, LockContended
-from celery_redislock.dedupe import marker_key
+from celery_redislock.enqueue.dedupe import marker_key
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import WorkerProcess, worker_factory
 from tests.waiting import wait_for

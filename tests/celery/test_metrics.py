@@ -25,8 +25,8 @@ import pytest
 from celery_redislock import SKIPPED
 from celery_redislock.core.inspection import inspect_names
 from celery_redislock.core.park import ParkConfig, Parking
-from celery_redislock.servers import free_port
 from celery_redislock.settings import client_for
+from celery_redislock.testing.servers import free_port
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import worker_factory
 from tests.processes import interruptible

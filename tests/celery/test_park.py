@@ -25,8 +25,8 @@ from celery_redislock.core.keys import park_index, park_total, revoke_record
 from celery_redislock.core.park import Parking
 from celery_redislock.parking.message import republish
 from celery_redislock.parking.promotion import promote
-from celery_redislock.servers import RedisServer
 from celery_redislock.settings import client_for, park_settings
+from celery_redislock.testing.servers import RedisServer
 from tests import kombu_restore
 from tests.celery.test_scenarios import max_overlap
 from tests.celery_apps.basic import create_app

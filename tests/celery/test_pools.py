@@ -234,7 +234,7 @@ def test_green_pool_allowed_for_yielding_bodies(
 
 def measure(rounds: int) -> None:
     """Print the docs/pools.md table: every pool x body x task kind, ``rounds`` runs each."""
-    from celery_redislock import servers
+    from celery_redislock.testing import servers
 
     pools = ["prefork", "threads", "solo", "gevent", "eventlet"]
     modes = ["py", "c", "sleep"]

@@ -29,8 +29,8 @@ from celery_redislock import PARKED, RateLimiter
 from celery_redislock.core.keys import park_index
 from celery_redislock.core.leaseset import LeaseSet
 from celery_redislock.core.park import Parking, wake
-from celery_redislock.servers import RedisServer
 from celery_redislock.settings import client_for
+from celery_redislock.testing.servers import RedisServer
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import WorkerProcess, worker_factory
 from tests.waiting import wait_for

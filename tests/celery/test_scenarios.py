@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from celery_redislock import SKIPPED
-from celery_redislock.dedupe import marker_key
+from celery_redislock.enqueue.dedupe import marker_key
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import worker_factory
 from tests.waiting import wait_for

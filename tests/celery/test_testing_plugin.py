@@ -96,7 +96,7 @@ def test_a_server_on_path_wins_over_the_copy_a_wheel_put_into_the_venv(
     import sysconfig
     from pathlib import Path
 
-    from celery_redislock import servers
+    from celery_redislock.testing import servers
 
     monkeypatch.delenv("REDISLOCK_SERVER", raising=False)
     monkeypatch.delenv("REDIS_URL", raising=False)

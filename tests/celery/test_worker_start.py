@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from celery_redislock.core.acl import CLIENT_COMMANDS, SCRIPT_COMMANDS
-from celery_redislock.servers import RedisServer, free_port
+from celery_redislock.testing.servers import RedisServer, free_port
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import celery_worker_factory  # noqa: F401 (fixture)
 from tests.waiting import wait_for

@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 from tests.celery_apps.basic import create_app
 from tests.celery_harness import worker_factory
 from tests.waiting import wait_for

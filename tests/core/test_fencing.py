@@ -8,7 +8,7 @@ import pytest
 
 from celery_redislock import RedisLock
 from celery_redislock.core.fencing import FencedResource, StaleToken
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 
 
 def test_write_needs_a_token_not_older_than_any_seen(redis_client: Any, prefix: str) -> None:

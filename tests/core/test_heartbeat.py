@@ -13,7 +13,7 @@ import redis
 from celery_redislock import RedisLock
 from celery_redislock.core import heartbeat, leaseset
 from celery_redislock.core.heartbeat import HEARTBEAT, Heartbeat
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 from tests.waiting import wait_for
 
 

@@ -15,7 +15,7 @@ import redis
 
 from celery_redislock import AcquireTimeout, LockError, LockLost, NotOwned, RedisLock
 from celery_redislock.core.heartbeat import HEARTBEAT
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 from tests import procs
 from tests.conftest import keys_with_prefix
 from tests.waiting import wait_for
@@ -245,7 +245,7 @@ def test_refresh_never_revives_an_expired_lease(redis_client: Any, prefix: str) 
 
 
 def test_unreachable_redis_fails_closed(prefix: str) -> None:
-    from celery_redislock.servers import free_port
+    from celery_redislock.testing.servers import free_port
 
     client = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
     lock = RedisLock(client, "down", prefix=prefix)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from celery_redislock import FairSemaphore, Overrides, RateLimiter, RedisLock, dedupe
+from celery_redislock import FairSemaphore, Overrides, RateLimiter, RedisLock
 from celery_redislock.core import liveness, scripts
 from celery_redislock.core.fencing import FencedResource
 from celery_redislock.core.heartbeat import HEARTBEAT
@@ -27,6 +27,7 @@ from celery_redislock.core.inspection import inspect_names
 from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.core.park import ParkConfig, Parking, due_names, wake
 from celery_redislock.core.replication import acknowledged_by
+from celery_redislock.enqueue import dedupe
 from tests.waiting import wait_for
 
 LUA = Path(scripts.__file__).parent / "lua"

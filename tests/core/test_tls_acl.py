@@ -17,7 +17,7 @@ from redis.exceptions import NoPermissionError
 from celery_redislock import FairSemaphore, NotReplicated, RedisLock
 from celery_redislock.core.acl import CLIENT_COMMANDS, SCRIPT_COMMANDS, acl_rules
 from celery_redislock.core.connection import client_from_url
-from celery_redislock.servers import RedisServer, free_port, server_version
+from celery_redislock.testing.servers import RedisServer, free_port, server_version
 from tests.waiting import wait_for
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 from tests.celery_harness import WorkerProcess
 from tests.kombu_restore import restore_cadence
 

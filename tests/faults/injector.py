@@ -36,7 +36,7 @@ from typing import Any
 
 from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.core.leaseset import LeaseSet
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 
 from .history import HOLDING_KEY, Recorder
 

@@ -30,7 +30,7 @@ import redis
 
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.core.leaseset import WAIT_LEASE
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 
 from .celery_run import run_celery
 from .checker import Row, check

@@ -29,7 +29,7 @@ from benchmarks import (
     semaphores,
 )
 from benchmarks import machine as machine_info
-from celery_redislock.servers import RedisServer
+from celery_redislock.testing.servers import RedisServer
 
 
 @pytest.fixture(scope="module")

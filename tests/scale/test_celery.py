@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from celery_redislock.core.keys import LeaseKeys
-from celery_redislock.dedupe import marker_key
+from celery_redislock.enqueue.dedupe import marker_key
 from devtools.engines import LocalCluster, SentinelGroup
 from tests.celery.test_scenarios import (
     max_overlap,

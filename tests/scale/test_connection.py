@@ -11,8 +11,8 @@ import redis
 
 from celery_redislock import RedisLock
 from celery_redislock.core.connection import client_from_url
-from celery_redislock.servers import RedisServer
 from celery_redislock.settings import settings_from_app
+from celery_redislock.testing.servers import RedisServer
 
 
 def built_by_dotted_path(url: str, options: dict[str, Any]) -> redis.Redis:

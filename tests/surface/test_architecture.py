@@ -1,6 +1,7 @@
 """The layers of docs/architecture.md hold: the core imports no Celery, no
 module of the package, the example or the benchmarks is part of an import
-cycle, and no module or class of the package outgrows one job.
+cycle, the Celery layer sits in packages by phase that import along the
+layers, and no class relies on attributes another class sets.
 
 Read from the source (``ast``), so a cycle hidden in a function-level import
 counts too.
@@ -153,22 +154,105 @@ def test_pruning_drops_only_functions_nothing_names() -> None:
             assert not re.search(rf"(?<![\w.]){name}\(", script.source), (script.name, name)
 
 
-def test_modules_and_classes_stay_small() -> None:
-    """One job per module: no module of the package over 400 lines, no class
-    over 250 (split by concern, as the lease set and parking are)."""
+#: the Celery layer's packages by phase, and the modules every phase shares
+PHASES = ("enqueue", "run", "policies", "parking", "worker", "admin", "testing")
+SHARED = ("settings", "signals", "events", "diagnose")
+#: where a task runs: none of these imports the worker's main-process wiring,
+#: the operator's tools or the test plugin
+TASK_PATH = ("task", "enqueue", "run", "policies", "parking")
+
+
+def _package_of(module: str) -> str:
+    """``celery_redislock.run.admission`` -> ``run``; ``celery_redislock`` -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_phases_import_along_the_layers() -> None:
+    """No import against the layers: the shared modules import no phase; the
+    task's path (enqueue, run, policies, parking, task.py) imports neither
+    the worker's main-process wiring, nor the operator's tools, nor the test
+    plugin; the enqueue phase imports nothing of the run phase (a caller
+    needs no worker code); the operator's tools and the test plugin are
+    imported by nothing of the library but themselves."""
+    edges = graph()
+    against: list[str] = []
+    for module, imported in sorted(edges.items()):
+        if not module.startswith("celery_redislock") or module.startswith("celery_redislock.core"):
+            continue
+        source = _package_of(module)
+        for target in sorted(imported):
+            dest = _package_of(target)
+            if dest in ("", "core") or dest == source:
+                continue
+            if source in SHARED and dest in PHASES:
+                against.append(f"{module} -> {target} (a shared module imports a phase)")
+            if source in TASK_PATH and dest in ("worker", "admin", "testing"):
+                against.append(f"{module} -> {target} (the task's path imports {dest}/)")
+            if source == "enqueue" and dest == "run":
+                against.append(f"{module} -> {target} (the caller imports the run phase)")
+            if dest in ("admin", "testing") and source not in ("admin", "testing"):
+                against.append(f"{module} -> {target} (a leaf package imported)")
+    assert against == []
+    assert {_package_of(m) for m in edges if m.startswith("celery_redislock.")} >= set(PHASES)
+
+
+def test_no_module_outside_a_phase_but_the_shared_ones() -> None:
+    """Packages by phase: the only modules at the top of the package are the
+    public entry (``__init__``, ``task.py``) and the shared ones."""
     package = ROOT / "celery_redislock"
-    long_modules: list[str] = []
-    long_classes: list[str] = []
-    for path in sorted(package.rglob("*.py")):
-        source = path.read_text()
-        if source.count("\n") > 400:
-            long_modules.append(f"{path.relative_to(package)}: {source.count(chr(10))} lines")
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
-                size = node.end_lineno - node.lineno + 1
-                if size > 250:
-                    long_classes.append(f"{path.relative_to(package)}:{node.name}: {size} lines")
-    assert long_modules == [] and long_classes == []
+    top = sorted(p.stem for p in package.glob("*.py"))
+    assert top == sorted(["__init__", "task", *SHARED])
+    dirs = sorted(p.name for p in package.iterdir() if (p / "__init__.py").exists())
+    assert dirs == sorted(["core", *PHASES])
+
+
+def test_no_class_relies_on_attributes_another_class_sets() -> None:
+    """One concept, one class: an attribute a class declares without a value
+    (``client: Any``) is assigned by that class itself (in a method, as
+    ``self.client = ...``), unless the class is a record whose fields are
+    its constructor (a dataclass, NamedTuple, TypedDict or Protocol), or a
+    ``ClassVar`` every subclass defines.  A
+    mixin whose state "is set by" another class fails this."""
+    records = ("dataclass", "NamedTuple", "TypedDict", "Protocol", "Enum")
+    # narrowing the type of an attribute the standard library's base class sets
+    narrowing = {"Handler.server"}
+    offenders: list[str] = []
+    for path in sorted((ROOT / "celery_redislock").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            marks = [ast.unparse(d) for d in node.decorator_list] + [
+                ast.unparse(b) for b in node.bases
+            ]
+            if any(r in m for m in marks for r in records):
+                continue
+            declared = {
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign)
+                and s.value is None
+                and isinstance(s.target, ast.Name)
+                # a ClassVar without a value is one each subclass defines (Policy.name)
+                and not ast.unparse(s.annotation).startswith("ClassVar")
+            }
+            assigned = {
+                t.attr
+                for f in ast.walk(node)
+                if isinstance(f, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                for t in (f.targets if isinstance(f, ast.Assign) else [f.target])
+                for t in ast.walk(t)
+                if isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id in ("self", "cls")
+            }
+            for name in sorted(
+                declared
+                - assigned
+                - {n.split(".")[1] for n in narrowing if n.startswith(node.name + ".")}
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.name}.{name}")
+    assert offenders == []
 
 
 def test_the_architecture_page_names_every_module_and_only_real_ones() -> None:

@@ -29,12 +29,12 @@ from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner, Result
 
 from celery_redislock import FairSemaphore, RateLimiter, RedisLock
-from celery_redislock.cli_top import CLEAR, watch
+from celery_redislock.admin.top import CLEAR, watch
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.core.override import Overrides
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
 from celery_redislock.parking import discard
-from celery_redislock.servers import RedisServer, free_port
+from celery_redislock.testing.servers import RedisServer, free_port
 from devtools.engines import SentinelGroup
 from example_worker.demo import stop_group, worker_process
 from example_worker.producer import wait_for_workers

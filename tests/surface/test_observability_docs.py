@@ -1,8 +1,8 @@
 """docs/observability.md and the Grafana dashboard name the metrics that exist.
 
 The metric names are read from what the code registers: a worker's
-(``celery_redislock.metrics.WorkerMetrics``) and the exporter's
-(``celery_redislock.gauges.RedisGauges``), so a renamed metric fails here.
+(``celery_redislock.worker.metrics.WorkerMetrics``) and the exporter's
+(``celery_redislock.admin.gauges.RedisGauges``), so a renamed metric fails here.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def registered(client: Any, prefix: str) -> set[str]:
-    from celery_redislock.gauges import RedisGauges
-    from celery_redislock.metrics import WorkerMetrics
+    from celery_redislock.admin.gauges import RedisGauges
+    from celery_redislock.worker.metrics import WorkerMetrics
 
     worker = WorkerMetrics(tempfile.mkdtemp())
     metrics = [m for m in vars(worker).values() if hasattr(m, "_name")]

@@ -137,7 +137,9 @@ def test_settings_table_matches_what_the_package_reads() -> None:
     read = set(re.findall(r"setting\(\s*conf,\s*\"(redislock_\w+)\"", sources))
     assert "redislock_url" in read, "found no setting read in the package"
     assert {"redislock_park_deadline", "redislock_allow_green_pool"} <= read
-    assert documented == read == set(SETTINGS)  # SETTINGS: what workercheck.unread_settings knows
+    assert (
+        documented == read == set(SETTINGS)
+    )  # SETTINGS: what unread_settings knows
 
 
 def test_every_setting_is_read_in_settings_py_only() -> None:
@@ -182,7 +184,7 @@ def test_readme_lists_every_signal() -> None:
 
 
 def test_readme_shows_every_cli_command() -> None:
-    from celery_redislock.cli import redislock
+    from celery_redislock.admin.cli import redislock
 
     shown = set(re.findall(r"redislock ([a-z-]+)", _readme_section("## Inspection CLI")))
     assert shown == set(redislock.commands)

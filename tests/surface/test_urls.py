@@ -18,8 +18,8 @@ import redis
 
 from celery_redislock import RedisLock
 from celery_redislock.core.connection import client_from_url
-from celery_redislock.servers import RedisServer
 from celery_redislock.settings import settings_from_app
+from celery_redislock.testing.servers import RedisServer
 from devtools.engines import SentinelGroup
 from tests.core.test_tls_acl import tls_server  # noqa: F401  (a module-scoped fixture)
 

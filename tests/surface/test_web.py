@@ -28,9 +28,9 @@ from urllib.parse import quote
 import pytest
 import redis
 
+from celery_redislock.admin.web import allowed_host
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
-from celery_redislock.servers import free_port
-from celery_redislock.web import allowed_host
+from celery_redislock.testing.servers import free_port
 from tests.processes import interruptible, reap
 from tests.waiting import wait_for
 

@@ -1,0 +1,128 @@
+"""How one run of a guarded task gets its lease before the body runs.
+
+The lock name and the limit are computed from the call's arguments (a
+callable limit per run), the lease set is built with an owner prefix naming
+this task id and process, and the run's policy (per-call header, else the
+task's ``lock_policy``) asks for the slot.  Fail closed: a Redis error is
+logged in one line naming the URL and setting, and re-raised; the body
+never runs without the lease.  A refused run is handed to the policy's
+``contended``, which ends it visibly.
+
+Whatever the policy, a run first makes way for an earlier delivery of its
+own task id that still holds the name (:func:`defer_to_earlier_delivery`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from typing import Any
+
+from redis.exceptions import RedisClusterException, RedisError
+
+from .. import signals
+from ..core.leaseset import LeaseSet
+from ..core.owners import execution_prefix, execution_tag
+from ..core.park import Parking
+from ..diagnose import fail_closed
+from ..enqueue import options
+from ..parking.states import StillPending
+from ..policies import POLICIES, Context, announce_contended, check_policy, requeue
+from .release import lost_signal
+
+__all__ = ["defer_to_earlier_delivery", "enter"]
+
+log = logging.getLogger("celery_redislock")
+
+
+def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
+    """The held lease set of this run, or an exception that ends the run
+    (the policy's, or the Redis error)."""
+    name = task.redislock_name(args, kwargs)
+    policy = POLICIES[check_policy(options.header(request, options.HEADER_POLICY)
+                                   or task.lock_policy)]  # fmt: skip
+    ttl, wait_timeout = options.run_options(request, task.lock_wait_timeout)
+    limit = task.redislock_limit(args, kwargs)  # per run, before any Redis call
+    rate = task.redislock_rate(args, kwargs)
+    policy.check_rate(task.name, rate.rate)  # a per-call lock_policy
+    try:
+        lease_set: LeaseSet = task.redislock_leaseset(
+            name, ttl=ttl, limit=limit, owner_prefix=execution_prefix(request.id, os.getpid()),
+            on_lost=lost_signal(task, request.id), task_id=request.id,
+        )  # fmt: skip
+        ctx = Context(
+            phase="run", task=task, name=name, task_id=str(request.id), args=args,
+            kwargs=kwargs, limit=limit, request=request, lease_set=lease_set,
+            wait_timeout=wait_timeout, rate=rate,
+        )  # fmt: skip
+        request.redislock_policy = policy
+        defer_to_earlier_delivery(ctx)
+        started = time.monotonic()
+        acquired = policy.acquire(ctx)
+    except (RedisError, RedisClusterException) as exc:
+        log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
+        raise
+    if acquired:
+        signals.lock_acquired.send(
+            sender=task, task_id=request.id, name=name, token=lease_set.token,
+            kind=task._redislock_kind, waited=time.monotonic() - started,
+        )  # fmt: skip
+        return lease_set
+    defer_to_earlier_delivery(ctx, contended=True)
+    announce_contended(ctx, policy.name)
+    policy.contended(ctx)
+
+
+def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
+    """Requeue (uncounted) if an earlier delivery of this task id still holds the name.
+
+    Run phase, for every policy.  That is a redelivery after
+    ``visibility_timeout``, or the run after a ``retry(throw=False)``: running
+    alongside the earlier one, or waiting on it, would be wrong.  Before
+    acquiring, only re-runs (marked redelivered, ``retries > 0``, or a copy
+    this library requeued, which carries its requeue count: a requeue made
+    here drops the redelivered mark, and the copy must look again) look;
+    after a refused acquisition (``contended``) every run looks, since a copy
+    can carry no redelivered mark: one published again with the same task id
+    by a producer or by hand (RabbitMQ and every kombu Redis transport from
+    5.3 on do mark their own redeliveries).
+
+    A copy whose park promotion token is stale (superseded: its task runs from
+    the park, e.g. a run that went back there with ``redislock_pause``) is
+    dropped instead: that copy never runs.
+
+    When it defers, it sends ``lock_contended(policy="redelivered")`` and
+    raises Celery's ``Retry`` (see :func:`~celery_redislock.policies.requeue`);
+    otherwise it returns.
+    """
+    task, request = ctx.task, ctx.request
+    rerun = (
+        request.retries
+        or (request.delivery_info or {}).get("redelivered")
+        or options.header(request, options.HEADER_REQUEUES) is not None
+    )
+    if not (rerun or contended):
+        return
+    tag = execution_tag(request.id)
+    mine = [h for h in ctx.need_lease_set().holders() if h.owner.startswith(tag)]
+    if mine:
+        _drop_if_stale(ctx)
+        announce_contended(ctx, "redelivered")
+        delay = min(max(h.expires_in for h in mine), max(task.lock_retry_countdown, 0.5))
+        requeue(ctx, delay + random.uniform(0, task.lock_retry_jitter), count=False)
+
+
+def _drop_if_stale(ctx: Context) -> None:
+    """Raise ``StillPending`` (acknowledged, nothing stored) if this copy carries
+    a park promotion token that is stale: the task runs from its park."""
+    token = options.header(ctx.request, options.HEADER_PARK_TOKEN)
+    if token is None:
+        return
+    lease_set = ctx.need_lease_set()
+    parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
+    if parking.where(ctx.task_id, str(token))[1] == "stale":
+        log.info("%s[%s] dropped: a stale copy (token %s); the task runs from its park",
+                 ctx.task.name, ctx.task_id, token)  # fmt: skip
+        raise StillPending()

@@ -1,0 +1,185 @@
+"""Giving a guarded task's lease back: at the end of a run, and for a dead child.
+
+:func:`release_run` is called by the task itself when its body returns or
+raises, and before ``self.retry`` publishes the retry.  :func:`release_dead_child`
+is called by the worker's main process (see :mod:`celery_redislock.run.request`)
+once the pool child that ran the task has died: it releases only the owners
+with that task id, this host and that pid, so a redelivered execution of the
+same id elsewhere keeps its lease.  Both send ``lock_released``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from .. import signals
+from ..core.errors import LockLost, NotOwned
+from ..core.leaseset import LeaseSet
+from ..core.owners import execution_prefix
+from ..enqueue import dedupe
+from ..enqueue.options import HEADER_POLICY
+from ..policies import POLICIES, Context, check_policy
+
+__all__ = ["lost_signal", "release_after_run", "release_dead_child", "release_run"]
+
+log = logging.getLogger("celery_redislock")
+
+
+def lost_signal(task: Any, task_id: str) -> Callable[[Any], None]:
+    """An ``on_lost`` callback sending ``lock_lost`` for this run (heartbeat thread)."""
+
+    def on_lost(lease: Any) -> None:
+        signals.lock_lost.send(
+            sender=task, task_id=task_id, name=lease.name, token=lease.token,
+            kind=task._redislock_kind, reason=lease.lost_reason,
+        )  # fmt: skip
+
+    return on_lost
+
+
+def release_run(
+    task: Any, task_id: str, lease_set: LeaseSet, reason: str,
+    releaser: Callable[[str], bool] | None = None,
+) -> None:  # fmt: skip
+    """Release what this run holds (nothing if released already); never raises a Redis error.
+
+    ``releaser`` makes the Redis call instead of a plain release (see
+    ``LeaseSet.release_through``).
+
+    A lease that was lost meanwhile is logged; one that cannot be released
+    (Redis unreachable) is logged and frees within its TTL, since the
+    heartbeat no longer renews it.
+    """
+    token = lease_set.token
+    if token is None:
+        return  # released already (by retry())
+    held = True
+    try:
+        if releaser is None:
+            lease_set.release()
+        else:
+            lease_set.release_through(releaser)
+    except LockLost:
+        held = False
+        log.warning(
+            "%s[%s]: lease on %r (fencing token %s) was lost before release",
+            task.name,
+            task_id,
+            lease_set.name,
+            token,
+        )
+    except NotOwned:
+        return
+    except RedisError as exc:
+        log.error(
+            "%s[%s]: could not release %r (%r); it expires within its ttl",
+            task.name,
+            task_id,
+            lease_set.name,
+            exc,
+        )
+        held = False
+    signals.lock_released.send(
+        sender=task, task_id=task_id, name=lease_set.name, token=token,
+        kind=task._redislock_kind, reason=reason, held=held,
+    )  # fmt: skip
+
+
+def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str) -> None:
+    """Give back what a run holds when its body returned, raised or retried
+    (nothing if released already), through the run's policy: its own release
+    call if it has one (``park`` promotes in the same script), else a plain
+    release followed by ``after_release``.  The name's limit is taken now, so
+    a raised (callable) limit fills the new slots."""
+    if lease_set.token is None:
+        return  # released already (by retry())
+    try:
+        limit = task.redislock_limit(request.args, request.kwargs)
+    except Exception:
+        limit = lease_set.limit
+    policy = request.redislock_policy
+    ctx = Context(
+        phase="release", task=task, name=lease_set.name, task_id=str(request.id),
+        args=request.args, kwargs=request.kwargs, limit=limit, request=request,
+        lease_set=lease_set,
+    )  # fmt: skip
+    releaser = policy.releaser(ctx)
+    release_run(task, request.id, lease_set, reason, releaser)
+    if releaser is None:
+        policy.after_release(ctx)
+
+
+def release_dead_child(
+    task: Any,
+    task_id: str,
+    pid: int,
+    args: Any,
+    kwargs: Any,
+    headers: Mapping[str, Any],
+    reason: str,
+) -> int:
+    """Release what the execution of ``task_id`` in process ``pid`` held.
+
+    Returns the number of slots (or queue places) released.
+    """
+    name = task.redislock_name(args, kwargs)
+    prefix = execution_prefix(task_id, pid)
+    # Reading holders does not depend on the limit; releasing does.
+    mine = [
+        h for h in task.redislock_leaseset(name, limit=1).holders() if h.owner.startswith(prefix)
+    ]
+    lease_set = task.redislock_leaseset(
+        name, limit=_limit_of_dead_run(task, task_id, args, kwargs, mine)
+    )
+    owners = [h.owner for h in mine]
+    owners += [w.owner for w in lease_set.waiters() if w.owner.startswith(prefix)]
+    for owner in owners:
+        held = lease_set.release_owner(owner)
+        log.warning(
+            "%s[%s]: released %r held by its dead process %d (%s)",
+            task.name,
+            task_id,
+            name,
+            pid,
+            reason,
+        )
+        signals.lock_released.send(
+            sender=task, task_id=task_id, name=name, token=None, kind=task._redislock_kind,
+            reason=reason, held=held,
+        )  # fmt: skip
+    if headers.get(dedupe.HEADER):
+        dedupe.clear_for(task, task_id, args, kwargs)
+    if owners:
+        policy = headers.get(HEADER_POLICY) or task.lock_policy
+        ctx = Context(
+            phase="release", task=task, name=name, task_id=task_id, args=args, kwargs=kwargs,
+            limit=lease_set.limit, lease_set=lease_set,
+        )  # fmt: skip
+        POLICIES[check_policy(policy)].after_release(ctx)
+    return len(owners)
+
+
+def _limit_of_dead_run(task: Any, task_id: str, args: Any, kwargs: Any, mine: list[Any]) -> int:
+    """The limit the dead run held its slot with: its holder meta, else asked again.
+
+    A callable limit may answer differently now, or fail; the clean-up must
+    release anyway (falling back to 1).
+    """
+    for holder in mine:
+        recorded = holder.meta.get("limit")
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
+            return recorded
+    try:
+        return int(task.redislock_limit(args, kwargs))
+    except Exception as exc:  # the user's callable: anything
+        log.error(
+            "%s[%s]: semaphore_limit failed during clean-up (%r); releasing with limit 1",
+            task.name,
+            task_id,
+            exc,
+        )
+        return 1
