@@ -50,6 +50,7 @@ from celery import Task
 from celery._state import _task_stack
 from celery.exceptions import Ignore, Retry
 
+from .core.capacity import Capacity
 from .core.errors import Superseded
 from .core.leaseset import LeaseSet
 from .core.rate import NO_RATE, Rate, RateTerms
@@ -67,9 +68,6 @@ from .run.leases import lease_set_for
 from .run.release import release_after_run, release_dead_child
 
 __all__ = ["GuardedTask", "LockedTask", "RateLimitedTask", "SemaphoreTask"]
-
-#: the slot limit of a RateLimitedTask: a rate, no cap
-UNCAPPED = 1_000_000
 
 
 class GuardedTask(Task):  # type: ignore[misc]
@@ -386,7 +384,7 @@ class RateLimitedTask(GuardedTask):
 
     @classmethod
     def _redislock_limit_option(cls) -> object:
-        return UNCAPPED
+        return Capacity.rate().slots  # no cap: see core/capacity.py
 
 
 _LIBRARY_CLASSES: tuple[type, ...] = (LockedTask, SemaphoreTask, RateLimitedTask)

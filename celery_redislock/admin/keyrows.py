@@ -10,15 +10,15 @@ the holders and waiters state.  A rate key (no cap) shows none.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..core.capacity import Capacity
 from ..core.holders import Holder, Waiter
 from ..core.inspection import LeaseSetState
 from ..core.park import ParkStatus
-from ..task import UNCAPPED
 
-__all__ = ["KeyRow", "key_row", "rank"]
+__all__ = ["KeyRow", "key_row", "kind_and_limit", "rank"]
 
 
 @dataclass(frozen=True)
@@ -53,21 +53,7 @@ def key_row(
     holders = state.holders if state else ()
     entries: list[Holder | Waiter] = [*holders, *(state.waiters if state else ())]
     reserved = sum(1 for h in holders if h.meta.get("reserved"))
-    fixed = any(e.fixed for e in entries)
-    stored = max((e.limit for e in entries if e.limit), default=None)
-    limit = park.limit if park else None
-    if limit is None and not fixed:
-        limit = override
-    if limit is None:
-        limit = (state.limit if state else None) or stored
-    if limit is not None and limit >= UNCAPPED:
-        kind, limit = "rate", None
-    elif fixed:
-        kind = "lock"
-    elif entries:
-        kind = "semaphore"
-    else:
-        kind = "rate" if park and park.rate else "-"
+    kind, limit = kind_and_limit(entries, park, override, state.limit if state else None)
     return KeyRow(
         name=name,
         kind=kind,
@@ -80,3 +66,26 @@ def key_row(
         paused_for=park.paused_for if park else 0.0,
         next_due_in=park.head_due_in if park else 0.0,
     )
+
+
+def kind_and_limit(
+    entries: Sequence[Holder | Waiter],
+    park: ParkStatus | None,
+    override: int | None,
+    resolved: int | None,
+) -> tuple[str, int | None]:
+    """What a key is (``lock``, ``semaphore``, ``rate``, ``-`` when nothing
+    says) and the limit in force (None: no cap), from its stored entries
+    (their :attr:`~celery_redislock.core.holders.Holder.capacity`), its park,
+    its run-time override and the limit its holders resolved."""
+    stored = [e.capacity for e in entries if e.capacity is not None]
+    if any(c.kind == "lock" for c in stored):
+        return "lock", 1
+    raw = (park.limit if park else None) or override or resolved
+    if raw is None and stored:
+        raw = max(c.slots for c in stored)
+    if raw is not None:
+        capacity = Capacity.decoded(raw)
+        if capacity.kind == "rate" or entries:
+            return capacity.kind, capacity.limit
+    return ("rate" if park and park.rate else "-"), raw

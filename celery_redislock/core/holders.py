@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .capacity import Capacity
 from .scripts import text
 
 __all__ = ["Holder", "Waiter", "parse_inspect"]
@@ -37,6 +38,14 @@ class Holder:
     #: that limit is fixed (a lock's): no run-time override applies to it
     fixed: bool = False
 
+    @property
+    def capacity(self) -> Capacity | None:
+        """The kind and slots the entry was stored with (a lock, a semaphore,
+        a rate with no cap), None if unknown."""
+        if not self.limit:
+            return None
+        return Capacity.decoded(-self.limit if self.fixed else self.limit)
+
 
 @dataclass(frozen=True)
 class Waiter:
@@ -49,6 +58,14 @@ class Waiter:
     limit: int | None = None
     #: that limit is fixed (a lock's): no run-time override applies to it
     fixed: bool = False
+
+    @property
+    def capacity(self) -> Capacity | None:
+        """The kind and slots the entry was stored with (a lock, a semaphore,
+        a rate with no cap), None if unknown."""
+        if not self.limit:
+            return None
+        return Capacity.decoded(-self.limit if self.fixed else self.limit)
 
 
 def parse_inspect(reply: Any) -> tuple[float, list[Holder], list[Waiter]]:

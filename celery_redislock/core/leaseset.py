@@ -94,8 +94,9 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from types import EllipsisType, TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from .capacity import Capacity, Kind
 from .errors import AcquireTimeout, LockError, LockLost, NotOwned, NotReplicated, Superseded
 from .heartbeat import HEARTBEAT, Heartbeat, is_cluster
 from .holders import Holder, Waiter, parse_inspect
@@ -147,9 +148,10 @@ class LeaseSet:
 
     _default_blocking_timeout: float | None = None
 
-    #: a fixed limit is one no run-time override changes (a lock's); see
-    #: :attr:`script_limit` and :mod:`celery_redislock.core.override`
-    fixed_limit: bool = False
+    #: what the set is: ``"semaphore"`` (a run-time override of the name
+    #: changes its limit) or ``"lock"`` (fixed: one holder, whatever an
+    #: override says); see :mod:`celery_redislock.core.capacity`
+    kind: ClassVar[Kind] = "semaphore"
 
     #: the heartbeat that renews this set's leases: one per process, shared by
     #: every lease set; a test (or an embedding) may give a subclass or an
@@ -211,16 +213,16 @@ class LeaseSet:
         self._script_keys: list[bytes] = [k.encode() for k in self.keys.script_keys()]
         self._constant_args = tuple(
             str(n).encode()
-            for n in (self.script_limit, int(self.ttl * 1000), int(WAIT_LEASE * 1000))
+            for n in (self.capacity.encoded, int(self.ttl * 1000), int(WAIT_LEASE * 1000))
         )
         self._lease: Lease | None = None
 
     @property
-    def script_limit(self) -> int:
-        """The limit as the scripts take it: negative when fixed (see
-        ``limit_of()`` in common.lua), so a run-time override of the name
-        changes a semaphore's limit and never a lock's."""
-        return -self.limit if self.fixed_limit else self.limit
+    def capacity(self) -> Capacity:
+        """The kind and limit of this set, as the scripts take them
+        (:attr:`Capacity.encoded`): a run-time override of the name changes a
+        semaphore's limit and never a lock's."""
+        return Capacity("lock", 1) if self.kind == "lock" else Capacity.semaphore(self.limit)
 
     # -- state --------------------------------------------------------------
 

@@ -60,7 +60,7 @@ class RedisLock(LeaseSet):
     """
 
     _default_blocking_timeout = None
-    fixed_limit = True  # a run-time override of the name never makes a lock shared
+    kind = "lock"  # a run-time override of the name never makes a lock shared
 
     def __init__(
         self,

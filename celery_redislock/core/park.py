@@ -31,6 +31,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from .capacity import Capacity
 from .heartbeat import is_cluster
 from .keys import ParkKeys, park_index, revoke_record
 from .leaseset import WAIT_LEASE
@@ -86,6 +87,12 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
+def _encoded(capacity: Capacity | None) -> int:
+    """The caller's capacity as the scripts take it; 0: not known (the
+    sweeper), so every parked entry is admitted by the limit it was parked with."""
+    return capacity.encoded if capacity is not None else 0
+
+
 def _field(value: str) -> str:
     """``value`` as a field of a park entry, whose fields are separated by ``|``."""
     return value.replace("|", "/")
@@ -128,36 +135,37 @@ class Parking:
         return reply
 
     def enqueue(
-        self, task_id: str, limit: int, envelope: str, expires_in: float, config: ParkConfig,
-        task_name: str = "", rate: RateTerms = NO_RATE,
+        self, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
+        config: ParkConfig, task_name: str = "", rate: RateTerms = NO_RATE,
     ) -> Admission:  # fmt: skip
         """At publish: RESERVED (publish with the token; the slot and the rate's
         units are taken), PARKED (no slot, or the rate or a pause does not
         admit it now), DUPLICATE or BOUNDED / BOUNDED_TOTAL (nothing stored)."""
-        return self._admit("enqueue", task_id, limit, envelope, expires_in, config,
+        return self._admit("enqueue", task_id, capacity, envelope, expires_in, config,
                            task_name=task_name, rate=rate)  # fmt: skip
 
     def arrive(
-        self, task_id: str, limit: int, envelope: str, expires_in: float, config: ParkConfig,
-        owner: str, ttl: float, meta: str, task_name: str = "", rate: RateTerms = NO_RATE,
+        self, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
+        config: ParkConfig, owner: str, ttl: float, meta: str, task_name: str = "",
+        rate: RateTerms = NO_RATE,
     ) -> Admission:  # fmt: skip
         """A message without a reservation reached a worker: HELD (``owner``
         holds the slot for ``ttl``), PARKED, DUPLICATE or BOUNDED*."""
-        return self._admit("arrive", task_id, limit, envelope, expires_in, config,
+        return self._admit("arrive", task_id, capacity, envelope, expires_in, config,
                            owner, ttl, meta, task_name, rate)  # fmt: skip
 
     def try_hold(
-        self, task_id: str, limit: int, owner: str, ttl: float, meta: str, task_name: str,
+        self, task_id: str, capacity: Capacity, owner: str, ttl: float, meta: str, task_name: str,
         rate: RateTerms,
     ) -> Admission:  # fmt: skip
         """A run of a policy that does not park: HELD (the slot and the rate's
         units, together), FULL (no slot) or RATE (admitted in ``wait`` seconds);
         nothing is taken unless HELD."""
-        return self._admit("try", task_id, limit, "", 0.0, ParkConfig(), owner, ttl, meta,
+        return self._admit("try", task_id, capacity, "", 0.0, ParkConfig(), owner, ttl, meta,
                            task_name, rate)  # fmt: skip
 
     def park_at_head(
-        self, task_id: str, limit: int, envelope: str, expires_in: float, pause: float,
+        self, task_id: str, capacity: Capacity, envelope: str, expires_in: float, pause: float,
         task_name: str, rate: RateTerms, token: str = "",
     ) -> Admission:  # fmt: skip
         """A running task puts itself back ahead of all parked work of the name
@@ -165,7 +173,7 @@ class Parking:
         PARKED, with ``wait`` the pause left.  ``token``: the promotion token the
         run was claimed with, if any; it becomes stale, so a copy of the run's
         message (redelivered after a crash) never runs: the park has the task."""
-        return self._admit("head", task_id, limit, envelope, expires_in, ParkConfig(),
+        return self._admit("head", task_id, capacity, envelope, expires_in, ParkConfig(),
                            task_name=task_name, rate=rate, pause=pause, token=token)  # fmt: skip
 
     def where(self, task_id: str, token: str = "") -> tuple[str, str]:
@@ -178,7 +186,7 @@ class Parking:
         return text(where), text(fate)
 
     def _admit(
-        self, mode: str, task_id: str, limit: int, envelope: str, expires_in: float,
+        self, mode: str, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
         config: ParkConfig, owner: str = "", ttl: float = 0.0, meta: str = "",
         task_name: str = "", rate: RateTerms = NO_RATE, pause: float = 0.0, token: str = "",
     ) -> Admission:  # fmt: skip
@@ -189,7 +197,7 @@ class Parking:
             )
         reply = self._call(
             PARK_ENQUEUE,
-            [mode, task_id, limit, envelope, _ms(expires_in) if expires_in > 0 else 0,
+            [mode, task_id, capacity.encoded, envelope, _ms(expires_in) if expires_in > 0 else 0,
              _ms(config.deadline), config.max_parked, owner, _ms(ttl) if ttl else 0, meta,
              config.max_total, _field(task_name), *rate.script_args(),
              _ms(pause) if pause > 0 else 0, token, "1" if config.keep_latest else "",
@@ -200,35 +208,43 @@ class Parking:
         return Admission.of(reply)
 
     def claim(
-        self, task_id: str, token: str, owner: str, ttl: float, meta: str, limit: int,
+        self, task_id: str, token: str, owner: str, ttl: float, meta: str, capacity: Capacity,
         task_name: str = "",
     ) -> Admission:  # fmt: skip
         """A promoted message arrived: HELD (its reservation became ``owner``'s
         lease), PARKED (sent back: the name is over a lowered limit) or DROP."""
         reply = self._call(
-            PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, limit, _field(task_name)]
+            PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, capacity.encoded, _field(task_name)]
         )
         return Admission.of(reply)
 
-    def promote(self, limit: int, config: ParkConfig, task_name: str = "") -> list[Promotion]:
-        """Fill the free slots; ``limit`` and ``task_name`` are the caller's (0 and
-        "" for the sweeper): parked tasks of that name are admitted by ``limit``,
-        others by their own limit from when they were parked."""
+    def promote(
+        self, capacity: Capacity | None, config: ParkConfig, task_name: str = ""
+    ) -> list[Promotion]:
+        """Fill the free slots; ``capacity`` and ``task_name`` are the caller's (None
+        and "" for the sweeper): parked tasks of that name are admitted by
+        ``capacity``, others by their own limit from when they were parked."""
         reply = self._call(
             PARK_PROMOTE,
-            [limit, _ms(config.deadline), PROMOTE_BATCH, _field(task_name), config.max_publishes],
+            [
+                capacity.encoded if capacity else 0,
+                _ms(config.deadline),
+                PROMOTE_BATCH,
+                _field(task_name),
+                config.max_publishes,
+            ],
         )
         return _promotions(reply[1:])
 
     def release(
-        self, owner: str, limit: int, config: ParkConfig, task_name: str = ""
+        self, owner: str, capacity: Capacity | None, config: ParkConfig, task_name: str = ""
     ) -> tuple[bool, list[Promotion]]:
         """Release ``owner``'s slot (as ``release.lua``) and promote into the
         freed slots (as :meth:`promote`), in one call; returns whether it held,
         and the promotions."""
         reply = self._call(
             PARK_RELEASE,
-            [owner, _ms(WAIT_LEASE), limit, _ms(config.deadline), PROMOTE_BATCH,
+            [owner, _ms(WAIT_LEASE), _encoded(capacity), _ms(config.deadline), PROMOTE_BATCH,
              _field(task_name), config.max_publishes],
         )  # fmt: skip
         return bool(reply[1]), _promotions(reply[2:])

@@ -59,7 +59,7 @@ def admit(
         # Revoked through Redis (revoke, or a worker that discarded it): a
         # worker that missed the broadcast, or forgot it, must not run it.
         if parking.drop(task_id, "" if token is None else str(token)).where == "inflight":
-            promote(task.app, name, lease_set.script_limit, parking.client, parking.prefix,
+            promote(task.app, name, lease_set.capacity, parking.client, parking.prefix,
                     task.name)  # fmt: skip
         log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
         mark_revoked(task.app, task_id, "revoked", request, lock=parking, task_name=task.name)
@@ -74,7 +74,7 @@ def admit(
     admission: Admission | None = None
     if token is not None:
         admission = parking.claim(
-            task_id, str(token), owner, lease_set.ttl, meta, lease_set.script_limit, task.name
+            task_id, str(token), owner, lease_set.ttl, meta, lease_set.capacity, task.name
         )
         if admission.verdict is Verdict.DROP and (
             admission.reason == "unknown"
@@ -90,7 +90,7 @@ def admit(
     if admission is None:
         envelope = envelope_of_request(task, request, args, kwargs)
         admission = parking.arrive(
-            task_id, lease_set.script_limit, json_dumps(envelope),
+            task_id, lease_set.capacity, json_dumps(envelope),
             expires_in(envelope["headers"], task.app), config,
             owner, lease_set.ttl, meta, task.name, task.redislock_rate(args, kwargs),
         )  # fmt: skip
@@ -125,7 +125,7 @@ def back_to_the_head(
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
     token = header(request, HEADER_PARK_TOKEN)
     admission = parking.park_at_head(
-        request.id, lease_set.script_limit, json_dumps(envelope),
+        request.id, lease_set.capacity, json_dumps(envelope),
         expires_in(envelope["headers"], task.app), seconds, task.name,
         task.redislock_rate(args, kwargs), "" if token is None else str(token),
     )  # fmt: skip

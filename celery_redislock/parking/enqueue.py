@@ -26,10 +26,11 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .. import events
+from ..core.capacity import Capacity
 from ..core.park import Parking, Verdict
 from ..core.rate import NO_RATE, RateTerms
 from ..enqueue.options import HEADER_PARK_TOKEN
-from ..run.leases import script_limit
+from ..run.leases import capacity_of
 from ..settings import client_for
 from .message import envelope_of_publish, eta_in, expires_in, json_dumps, sent_fields_of
 from .states import announce_parked, announce_superseded, raise_if_bounded
@@ -44,7 +45,7 @@ class _Call:
     task: Any
     name: str
     task_id: str
-    limit: int
+    capacity: Capacity
     rate: RateTerms
     park: Mapping[str, Any]  #: changes to the app's ParkConfig for this call
     retry: bool = False  #: a retry of the running run: stored at the head
@@ -63,7 +64,7 @@ def apply_async(
     """Run ``send`` (Celery's ``apply_async``) with the park decision at publish;
     ``park``: changes to the app's :class:`ParkConfig` (``keep_latest``, ``debounce``)."""
     _install_sender(task.app)
-    reset = _CALL.set(_Call(task, name, task_id, script_limit(task, limit), rate, park))
+    reset = _CALL.set(_Call(task, name, task_id, capacity_of(task, limit), rate, park))
     try:
         return send()
     finally:
@@ -82,7 +83,7 @@ def retry_at_head(
     run was claimed with ("": none), made stale so that a redelivered copy
     never runs."""
     _install_sender(task.app)
-    call = _Call(task, name, task_id, script_limit(task, limit), rate, NO_CHANGES, True, token)
+    call = _Call(task, name, task_id, capacity_of(task, limit), rate, NO_CHANGES, True, token)
     reset = _CALL.set(call)
     try:
         return send()
@@ -132,7 +133,7 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
         return None
     config = replace(settings.park, **call.park)
     admission = Parking(client, settings.prefix, call.name).enqueue(
-        call.task_id, call.limit, json_dumps(envelope),
+        call.task_id, call.capacity, json_dumps(envelope),
         expires_in(envelope["headers"], task.app), config, task.name, call.rate,
     )  # fmt: skip
     if admission.verdict is Verdict.RESERVED:
@@ -149,7 +150,7 @@ def _park_retry(call: _Call, envelope: dict[str, Any]) -> None:
     task, headers = call.task, envelope["headers"]
     client, settings = client_for(task.app)
     admission = Parking(client, settings.prefix, call.name).park_at_head(
-        call.task_id, call.limit, json_dumps(envelope), expires_in(headers, task.app),
+        call.task_id, call.capacity, json_dumps(envelope), expires_in(headers, task.app),
         eta_in(headers, task.app), task.name, call.rate, call.token,
     )  # fmt: skip
     if admission.verdict is Verdict.PARKED:

@@ -20,10 +20,11 @@ from redis.exceptions import RedisError
 
 from .. import events, signals
 from ..core import liveness
+from ..core.capacity import Capacity
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
 from ..enqueue import dedupe
-from ..run.leases import script_limit
+from ..run.leases import capacity_of
 from ..settings import client_for, settings_for
 from .message import json_loads, republish, request_of, sent_fields_of
 from .states import PROMOTED, ParkUnclaimed, mark_failed, mark_revoked, store_state
@@ -41,7 +42,12 @@ log = logging.getLogger("celery_redislock")
 
 
 def promote(
-    app: Any, name: str, limit: int = 0, client: Any = None, prefix: str = "", task_name: str = ""
+    app: Any,
+    name: str,
+    capacity: Capacity | None = None,
+    client: Any = None,
+    prefix: str = "",
+    task_name: str = "",
 ) -> int:
     """Fill the free slots of ``name`` from its park and publish them.
 
@@ -54,12 +60,16 @@ def promote(
         client, settings = client_for(app)
         prefix = settings.prefix
     parking = Parking(client, prefix, name)
-    promotions = parking.promote(limit, settings_for(app).park, task_name)
-    return _publish_all(app, parking, promotions, limit, task_name)
+    promotions = parking.promote(capacity, settings_for(app).park, task_name)
+    return _publish_all(app, parking, promotions, capacity, task_name)
 
 
 def _publish_all(
-    app: Any, parking: Parking, promotions: list[Promotion], limit: int, task_name: str = ""
+    app: Any,
+    parking: Parking,
+    promotions: list[Promotion],
+    capacity: Capacity | None,
+    task_name: str = "",
 ) -> int:
     """Publish ``promotions``, and promote again while revoked ones freed slots."""
     published = 0
@@ -99,7 +109,7 @@ def _publish_all(
                 )  # fmt: skip
         if not again:
             break
-        promotions = parking.promote(limit, settings_for(app).park, task_name)
+        promotions = parking.promote(capacity, settings_for(app).park, task_name)
     return published
 
 
@@ -163,13 +173,13 @@ def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool
     lease frees within its ttl and the sweeper promotes); a failed publish is
     logged (the sweeper re-publishes after the deadline)."""
 
-    limit = script_limit(task, limit)
+    capacity = capacity_of(task, limit)
 
     def release(owner: str) -> bool:
         parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
-        held, promotions = parking.release(owner, limit, settings_for(task.app).park, task.name)
+        held, promotions = parking.release(owner, capacity, settings_for(task.app).park, task.name)
         try:
-            _publish_all(task.app, parking, promotions, limit, task.name)
+            _publish_all(task.app, parking, promotions, capacity, task.name)
         except RedisError as exc:
             log.error(
                 "could not promote parked tasks of %r (%r); the sweeper will", lease_set.name, exc
@@ -183,7 +193,7 @@ def after_release(task: Any, name: str, limit: int) -> None:
     """Promote the next tasks after a slot was released by other means (a
     dead child's lease, released by the worker's main process)."""
     try:
-        promote(task.app, name, script_limit(task, limit), task_name=task.name)
+        promote(task.app, name, capacity_of(task, limit), task_name=task.name)
     except RedisError as exc:
         log.error("could not promote parked tasks of %r (%r); the sweeper will", name, exc)
 
@@ -209,8 +219,8 @@ def discarded_by_worker(
         signals.lock_dropped.send(
             sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
         )
-        limit = script_limit(task, task.redislock_limit(args, kwargs))
-        promote(task.app, name, limit, client, settings.prefix, task.name)
+        capacity = capacity_of(task, task.redislock_limit(args, kwargs))
+        promote(task.app, name, capacity, client, settings.prefix, task.name)
     except Exception as exc:  # the deadline frees the slot; the record is what matters
         log.error("%s[%s]: could not give back its park reservation (%r); it lapses at its "
                   "deadline", task.name, task_id, exc)  # fmt: skip
@@ -232,14 +242,14 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
         for name, owners in dead.holdings.items():
             parking = Parking(client, settings.prefix, name)
             for owner in owners:
-                held, promotions = parking.release(owner, 0, settings.park)
+                held, promotions = parking.release(owner, None, settings.park)
                 if held:
                     released += 1
                     log.warning(
                         "released %r held by process %s, which died on this machine (owner %s)",
                         name, dead.process, owner,
                     )  # fmt: skip
-                _publish_all(app, parking, promotions, 0)
+                _publish_all(app, parking, promotions, None)
         liveness.forget(client, settings.prefix, dead.process)
     return released
 

@@ -70,7 +70,7 @@ class Sweeper:
         names, next_in = due_names(client, settings.prefix)
         published = 0
         for name in names:
-            published += promote(self.app, name, 0, client, settings.prefix)
+            published += promote(self.app, name, None, client, settings.prefix)
         if names:  # their promotions re-scored them: ask again for the earliest
             next_in = due_names(client, settings.prefix, count=0)[1]
         return published, next_in

@@ -10,19 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.capacity import Capacity
 from ..core.leaseset import LeaseSet
 from ..core.lock import RedisLock
 from ..core.semaphore import FairSemaphore
 from ..settings import client_for
 
-__all__ = ["lease_set_for", "script_limit"]
+__all__ = ["capacity_of", "lease_set_for"]
 
 
-def script_limit(task: Any, limit: int) -> int:
-    """``limit`` of a call of ``task`` as the park scripts take it: negative for
-    a ``LockedTask`` (fixed: a run-time override never shares a lock), as
-    :attr:`LeaseSet.script_limit <celery_redislock.core.leaseset.LeaseSet.script_limit>`."""
-    return -limit if task._redislock_kind == "lock" else limit
+def capacity_of(task: Any, limit: int) -> Capacity:
+    """What a call of ``task`` with this ``limit`` may hold: a lock (a
+    ``LockedTask``: fixed, a run-time override never shares it), a rate with
+    no cap (a ``RateLimitedTask``), else a semaphore of ``limit`` slots."""
+    kind = task._redislock_kind
+    if kind == "lock":
+        return Capacity.lock()
+    if kind == "rate":
+        return Capacity.rate()
+    return Capacity.semaphore(limit)
 
 
 def lease_set_for(

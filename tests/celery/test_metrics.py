@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from celery_redislock import SKIPPED
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.inspection import inspect_names
 from celery_redislock.core.park import ParkConfig, Parking
 from celery_redislock.settings import client_for
@@ -36,6 +37,8 @@ prometheus = pytest.importorskip(
     "prometheus_client", reason="needs prometheus-client: pip install 'celery-redislock[metrics]'"
 )
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+ONE_SLOT = Capacity.semaphore(1)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,10 +175,13 @@ def test_the_exporter_serves_the_parks_gauges(app: Any, redis_url: str) -> None:
     name = f"park:{uuid.uuid4().hex[:8]}"
     park = Parking(client, prefix, name)
     envelope = '{"task": "basic.parked", "headers": {}}'
-    first = park.enqueue("e1", 1, envelope, 0, ParkConfig(deadline=0.2), "basic.parked")
+    first = park.enqueue("e1", ONE_SLOT, envelope, 0, ParkConfig(deadline=0.2), "basic.parked")
     assert first.token > 0
     for n in range(2, 5):
-        assert park.enqueue(f"e{n}", 1, envelope, 0, ParkConfig(), "basic.parked").count == n - 1
+        assert (
+            park.enqueue(f"e{n}", ONE_SLOT, envelope, 0, ParkConfig(), "basic.parked").count
+            == n - 1
+        )
     wait_for(lambda: park.status().overdue == 1, 10, message="the promotion overdue")
     with exporter(redis_url, prefix) as port:
         samples = wait_for(lambda: served(port), 60, message="the exporter")

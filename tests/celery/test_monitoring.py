@@ -35,11 +35,14 @@ import pytest
 import redis
 from celery import Celery
 
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.parking import revoke
 from tests.celery_apps.basic import env_from_config
 from tests.celery_apps.monitoring import create_app
 from tests.celery_harness import celery_worker_factory  # noqa: F401
 from tests.waiting import wait_for
+
+ONE_SLOT = Capacity.semaphore(1)
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"SUCCESS", "FAILURE", "SUPERSEDED", "SKIPPED", "REVOKED"}
@@ -373,16 +376,16 @@ def test_a_late_parked_never_lands_over_a_newer_state(redis_url: str, prefix: st
 
     app = guarded_app(redis_url, prefix)
     parking = Parking(client_for(app)[0], prefix, "late")
-    holder = parking.enqueue("holder", 1, "{}", 0, ParkConfig(deadline=5), "t")
+    holder = parking.enqueue("holder", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t")
     assert holder.token  # the slot is reserved: the next call parks
-    assert parking.enqueue("x", 1, "{}", 0, ParkConfig(deadline=5), "t").count == 1
+    assert parking.enqueue("x", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t").count == 1
     # x leaves the park (superseded by another caller) before its own PARKED is written
     parking.drop("x")
     assert store_state(app, "x", SUPERSEDED, {"superseded_by": "y"}, "late", "t")
     assert not store_state(app, "x", PARKED, {}, "late", "t", needs="parked")  # too late
     assert app.AsyncResult("x").state == SUPERSEDED
     # while the task is parked, its PARKED is written
-    assert parking.enqueue("z", 1, "{}", 0, ParkConfig(deadline=5), "t").count == 1
+    assert parking.enqueue("z", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t").count == 1
     assert store_state(app, "z", PARKED, {}, "late", "t", needs="parked")
     assert app.AsyncResult("z").state == PARKED
 

@@ -21,6 +21,7 @@ from celery import chain, chord, group
 from celery.result import AsyncResult
 
 from celery_redislock import parking as park
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.keys import park_index, park_total, revoke_record
 from celery_redislock.core.park import Parking
 from celery_redislock.parking.message import republish
@@ -689,7 +690,7 @@ def test_a_promoted_task_says_so_and_status_shows_reservations_apart(
     results = [task.delay(key, n) for n in range(3)]  # no worker: 2 in flight, 1 parked
     assert results[2].state == park.PARKED
     parking(app, key).drop(results[0].id)  # its reservation given back (as a discard does)
-    assert promote(app, f"park:{key}", LIMIT) == 1
+    assert promote(app, f"park:{key}", Capacity.semaphore(LIMIT)) == 1
     assert results[2].state == park.PROMOTED  # in the broker now, not parked
     assert park.PROMOTED == "PROMOTED"
     out = CliRunner().invoke(

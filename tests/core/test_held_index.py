@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery_redislock import FairSemaphore, RedisLock
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.heartbeat import refresh_leases
 from celery_redislock.core.inspection import force_release
 from celery_redislock.core.keys import LeaseKeys, held_index
@@ -134,7 +135,7 @@ def test_a_waiter_handed_a_slot_by_a_bare_release_is_listed_at_its_first_renewal
 
 def test_the_park_lists_what_it_holds_and_reserves(redis_client: Any, prefix: str) -> None:
     park = Parking(redis_client, prefix, f"acct:{uuid.uuid4().hex[:6]}")
-    admission = park.enqueue("t1", 1, '{"task": "x"}', 0, ParkConfig(), "x")
+    admission = park.enqueue("t1", Capacity.semaphore(1), '{"task": "x"}', 0, ParkConfig(), "x")
     assert admission.token > 0  # a reservation: a slot taken for the promoted task
     assert park.name in listed(redis_client, prefix)
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from celery_redislock import FairSemaphore, Overrides, RateLimiter, RedisLock
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.park import ParkConfig, Parking, indexed_names
 from celery_redislock.core.rate import RateTerms, parse_rate
 
@@ -109,21 +110,21 @@ def test_parked_work_is_promoted_by_a_raised_limit_and_locks_stay_alone(
 ) -> None:
     park = Parking(redis_client, prefix, name)
     config = ParkConfig(deadline=30)
-    assert park.enqueue("s1", 1, "{}", 0, config, "sem").token > 0
-    assert park.enqueue("s2", 1, "{}", 0, config, "sem").count == 1
-    assert park.enqueue("s3", 1, "{}", 0, config, "sem").count == 2
+    assert park.enqueue("s1", Capacity.semaphore(1), "{}", 0, config, "sem").token > 0
+    assert park.enqueue("s2", Capacity.semaphore(1), "{}", 0, config, "sem").count == 1
+    assert park.enqueue("s3", Capacity.semaphore(1), "{}", 0, config, "sem").count == 2
     Overrides(redis_client, name, prefix).set(limit=2)
     assert name in indexed_names(redis_client, prefix)
     # The sweeper (limit 0, no task name) admits each entry by its own limit as
     # resolved now: one more slot, so s2 goes.
-    assert [p.task_id for p in park.promote(0, config)] == ["s2"]
+    assert [p.task_id for p in park.promote(None, config)] == ["s2"]
 
     lock_name = f"{name}-lock"
     lock_park = Parking(redis_client, prefix, lock_name)
-    assert lock_park.enqueue("l1", -1, "{}", 0, config, "lock").token > 0
-    assert lock_park.enqueue("l2", -1, "{}", 0, config, "lock").count == 1
+    assert lock_park.enqueue("l1", Capacity.lock(), "{}", 0, config, "lock").token > 0
+    assert lock_park.enqueue("l2", Capacity.lock(), "{}", 0, config, "lock").count == 1
     Overrides(redis_client, lock_name, prefix).set(limit=5)
-    assert lock_park.promote(0, config) == []  # a lock's limit is fixed
+    assert lock_park.promote(None, config) == []  # a lock's limit is fixed
 
 
 def test_a_rate_override_spaces_parked_work_by_the_new_rate(
@@ -132,13 +133,13 @@ def test_a_rate_override_spaces_parked_work_by_the_new_rate(
     park = Parking(redis_client, prefix, name)
     config = ParkConfig(deadline=30)
     hourly = RateTerms(parse_rate("1/h"))
-    first = park.enqueue("r1", 1000, "{}", 0, config, "rated", hourly)
+    first = park.enqueue("r1", Capacity.semaphore(1000), "{}", 0, config, "rated", hourly)
     assert first.token > 0
-    assert park.enqueue("r2", 1000, "{}", 0, config, "rated", hourly).count == 1
+    assert park.enqueue("r2", Capacity.semaphore(1000), "{}", 0, config, "rated", hourly).count == 1
     assert park.status().head_due_in > 3000  # an hour away at the code's rate
     Overrides(redis_client, name, prefix).set(rate="1/h", burst=2)
     assert park.status().head_due_in == 0
-    assert [p.task_id for p in park.promote(0, config)] == ["r2"]
+    assert [p.task_id for p in park.promote(None, config)] == ["r2"]
 
 
 def test_a_raised_limit_applies_beside_holders_admitted_under_the_old_one(
@@ -158,3 +159,28 @@ def test_a_raised_limit_applies_beside_holders_admitted_under_the_old_one(
     slots[1].release()
     assert slots[3].acquire(blocking=False)
     assert [h.limit for h in slots[3].holders()] == [2, 2]
+
+
+def test_every_kind_is_stored_and_read_back_as_itself(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    """Capacity (core/capacity.py) is the one place that encodes a kind as
+    the scripts' integer: what a holder stored reads back as its kind, and a
+    run-time override changes a semaphore's limit and never a lock's."""
+    kinds = [Capacity.lock(), Capacity.semaphore(4), Capacity.rate()]
+    assert [Capacity.decoded(c.encoded) for c in kinds] == kinds
+    assert [c.limit for c in kinds] == [1, 4, None]
+    with pytest.raises(ValueError, match="at least one slot"):
+        Capacity.semaphore(0)
+    locks = [RedisLock(redis_client, f"{name}-l", ttl=10, prefix=prefix) for _ in range(2)]
+    slots = [FairSemaphore(redis_client, f"{name}-s", 1, ttl=10, prefix=prefix) for _ in range(2)]
+    assert locks[0].capacity == Capacity.lock() and slots[0].capacity == Capacity.semaphore(1)
+    assert locks[0].acquire() and slots[0].acquire()
+    Overrides(redis_client, f"{name}-l", prefix).set(limit=3)
+    Overrides(redis_client, f"{name}-s", prefix).set(limit=3)
+    assert not locks[1].acquire(blocking=False) and slots[1].acquire(blocking=False)
+    assert [h.capacity for h in locks[0].holders()] == [Capacity.lock()]
+    assert [h.capacity for h in slots[0].holders()] == [Capacity.semaphore(1)] * 2  # as asked
+    locks[0].release()
+    for s in slots:
+        s.release()

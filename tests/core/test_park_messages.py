@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.keys import ParkKeys
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
 from tests.waiting import wait_for
 
 LIMIT = 1
+CAPACITY = Capacity.semaphore(LIMIT)
 
 
 def envelope(n: int) -> str:
@@ -23,7 +25,7 @@ def envelope(n: int) -> str:
 def held(client: Any, prefix: str, name: str) -> tuple[Parking, ParkKeys]:
     """The park of ``name``, which a run of task "run" holds (owner "owner")."""
     parking = Parking(client, prefix, name)
-    admission = parking.arrive("run", LIMIT, envelope(0), 0, ParkConfig(), "owner", 5, "{}", "t")
+    admission = parking.arrive("run", CAPACITY, envelope(0), 0, ParkConfig(), "owner", 5, "{}", "t")
     assert admission.verdict is Verdict.HELD
     return parking, ParkKeys(prefix, name)
 
@@ -36,11 +38,12 @@ def redis_ms(client: Any) -> int:
 def test_messages_are_stored_once_and_leave_with_their_task(redis_client: Any, prefix: str) -> None:
     parking, keys = Parking(redis_client, prefix, "m"), ParkKeys(prefix, "m")
     config = ParkConfig()
-    first = parking.enqueue("a", LIMIT, envelope(0), 0, config, "t")
+    first = parking.enqueue("a", CAPACITY, envelope(0), 0, config, "t")
     assert first.verdict is Verdict.RESERVED
     for n, task_id in enumerate("bcd", start=1):
         assert (
-            parking.enqueue(task_id, LIMIT, envelope(n), 0, config, "t").verdict is Verdict.PARKED
+            parking.enqueue(task_id, CAPACITY, envelope(n), 0, config, "t").verdict
+            is Verdict.PARKED
         )
     # One message per id in the park or in flight, none inside the entries.
     assert redis_client.hlen(keys.messages) == 4
@@ -52,9 +55,9 @@ def test_messages_are_stored_once_and_leave_with_their_task(redis_client: Any, p
     assert not redis_client.hexists(keys.messages, "c")
     # The run claims its reservation: its message goes; its release promotes
     # the next one with that one's message.
-    held = parking.claim("a", str(first.token), "owner-a", 5, "{}", LIMIT, "t")
+    held = parking.claim("a", str(first.token), "owner-a", 5, "{}", CAPACITY, "t")
     assert held.verdict is Verdict.HELD and not redis_client.hexists(keys.messages, "a")
-    _, promoted = parking.release("owner-a", LIMIT, config, "t")
+    _, promoted = parking.release("owner-a", CAPACITY, config, "t")
     assert [(p.task_id, json.loads(p.envelope)["n"]) for p in promoted] == [("b", 1)]
     assert redis_client.hexists(keys.messages, "b")  # in flight: kept for a re-publish
     assert parking.drop("b", str(promoted[0].token)).where == "inflight"
@@ -67,13 +70,13 @@ def test_expired_and_replaced_tasks_take_their_messages_along(
 ) -> None:
     parking, keys = held(redis_client, prefix, "e")
     latest = ParkConfig(keep_latest=True)
-    parking.enqueue("old", LIMIT, envelope(1), 0, latest, "t")
-    replacing = parking.enqueue("new", LIMIT, envelope(2), 0.05, latest, "t")
+    parking.enqueue("old", CAPACITY, envelope(1), 0, latest, "t")
+    replacing = parking.enqueue("new", CAPACITY, envelope(2), 0.05, latest, "t")
     expires_at = redis_ms(redis_client) + 50  # no earlier than its expiry (Redis time)
     assert replacing.replaced == ("old",)
     assert redis_client.hkeys(keys.messages) == [b"new"]
     wait_for(lambda: redis_ms(redis_client) > expires_at, 10, message="its expiry passed")
-    _, promoted = parking.release("owner", LIMIT, ParkConfig(), "t")
+    _, promoted = parking.release("owner", CAPACITY, ParkConfig(), "t")
     assert [(p.kind.value, p.task_id, json.loads(p.envelope)["n"]) for p in promoted] == [
         ("x", "new", 2)
     ]
@@ -85,13 +88,14 @@ def test_an_entry_carrying_its_message_inline_is_still_published_with_it(
 ) -> None:
     parking, keys = held(redis_client, prefix, "l")
     assert (
-        parking.enqueue("old", LIMIT, envelope(1), 0, ParkConfig(), "t").verdict is Verdict.PARKED
+        parking.enqueue("old", CAPACITY, envelope(1), 0, ParkConfig(), "t").verdict
+        is Verdict.PARKED
     )
     # The layout before the messages hash: the message is the entry's last field.
     raw = redis_client.hget(keys.parked, "old")
     redis_client.hset(keys.parked, "old", raw + envelope(1).encode())
     redis_client.hdel(keys.messages, "old")
-    _, promoted = parking.release("owner", LIMIT, ParkConfig(), "t")
+    _, promoted = parking.release("owner", CAPACITY, ParkConfig(), "t")
     assert [(p.task_id, json.loads(p.envelope)["n"]) for p in promoted] == [("old", 1)]
     # Rewritten without it: the message moved to the messages hash.
     assert redis_client.hget(keys.messages, "old") == envelope(1).encode()
@@ -107,15 +111,17 @@ def test_a_keep_latest_call_replaces_even_at_the_total_bound(
     parking, keys = held(redis_client, prefix, "a")
     other, _ = held(redis_client, prefix, "b")
     unbounded = ParkConfig(keep_latest=True)
-    assert parking.enqueue("old", LIMIT, envelope(1), 0, unbounded, "t").verdict is Verdict.PARKED
-    assert other.enqueue("y", LIMIT, envelope(2), 0, unbounded, "t").verdict is Verdict.PARKED
+    assert (
+        parking.enqueue("old", CAPACITY, envelope(1), 0, unbounded, "t").verdict is Verdict.PARKED
+    )
+    assert other.enqueue("y", CAPACITY, envelope(2), 0, unbounded, "t").verdict is Verdict.PARKED
     # Two parked over all names; with "old" taken out, still one at a bound of one.
     bounded = ParkConfig(keep_latest=True, max_total=1)
-    newer = parking.enqueue("new", LIMIT, envelope(3), 0, bounded, "t")
+    newer = parking.enqueue("new", CAPACITY, envelope(3), 0, bounded, "t")
     assert (newer.verdict, newer.replaced) == (Verdict.PARKED, ("old",))
     assert redis_client.hkeys(keys.messages) == [b"new"]
     # A plain call at the bound is still refused, whole.
-    refused = other.enqueue("z", LIMIT, envelope(4), 0, ParkConfig(max_total=1), "t")
+    refused = other.enqueue("z", CAPACITY, envelope(4), 0, ParkConfig(max_total=1), "t")
     assert refused.verdict is Verdict.BOUNDED_TOTAL
 
 
@@ -124,6 +130,8 @@ def test_a_name_left_with_nothing_parked_keeps_no_message(redis_client: Any, pre
     earlier version claimed it) goes when the name's park empties."""
     parking, keys = held(redis_client, prefix, "n")
     redis_client.hset(keys.messages, "gone", envelope(9))
-    assert parking.enqueue("p", LIMIT, envelope(1), 0, ParkConfig(), "t").verdict is Verdict.PARKED
+    assert (
+        parking.enqueue("p", CAPACITY, envelope(1), 0, ParkConfig(), "t").verdict is Verdict.PARKED
+    )
     assert parking.drop("p").where == "parked"
     assert not redis_client.exists(keys.messages)

@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 
 from celery_redislock import Overrides, RateLimiter
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
 from celery_redislock.core.rate import Rate, RateTerms, parse_rate
 from tests.waiting import wait_for
+
+SLOTS = Capacity.semaphore(1000)  # a semaphore the rate, not the cap, holds back
 
 
 def redis_now(client: Any) -> float:
@@ -158,15 +161,15 @@ def test_starts_keep_the_rate_not_only_admissions(
     park = Parking(redis_client, prefix, name)
     config = ParkConfig(deadline=30)
     terms = RateTerms(parse_rate("10/s"))
-    first = park.enqueue("a", 1000, "{}", 0, config, "t", terms)
+    first = park.enqueue("a", SLOTS, "{}", 0, config, "t", terms)
     assert first.verdict is Verdict.RESERVED
-    assert park.enqueue("b", 1000, "{}", 0, config, "t", terms).verdict is Verdict.PARKED
-    wait_for(lambda: [p.task_id for p in park.promote(0, config)] == ["b"], 5,
+    assert park.enqueue("b", SLOTS, "{}", 0, config, "t", terms).verdict is Verdict.PARKED
+    wait_for(lambda: [p.task_id for p in park.promote(None, config)] == ["b"], 5,
              message="b promoted at its time")  # fmt: skip
     assert sorted(e["task_id"] for e in park.status(count=10).promoted) == ["a", "b"]
     token_b = int(redis_client.hget(f"{prefix}:{{{name}}}:inflight", "b").split(b"|")[0])
-    a = park.claim("a", str(first.token), "o.a", 5, "{}", 1000, "t")
-    b = park.claim("b", str(token_b), "o.b", 5, "{}", 1000, "t")
+    a = park.claim("a", str(first.token), "o.a", 5, "{}", SLOTS, "t")
+    b = park.claim("b", str(token_b), "o.b", 5, "{}", SLOTS, "t")
     assert a.verdict is b.verdict is Verdict.HELD
     assert a.wait == 0 and 0.05 < b.wait <= 0.1
 
@@ -180,9 +183,9 @@ def test_a_start_that_would_wait_long_goes_back_to_the_park(
     park = Parking(redis_client, prefix, name)
     config = ParkConfig(deadline=30)
     terms = RateTerms(parse_rate("10/s"), burst=2)
-    tokens = [park.enqueue(t, 1000, "{}", 0, config, "t", terms).token for t in ("a", "b")]
+    tokens = [park.enqueue(t, SLOTS, "{}", 0, config, "t", terms).token for t in ("a", "b")]
     assert all(tokens)
     Overrides(redis_client, name, prefix).set(rate="1/h")
-    assert park.claim("a", str(tokens[0]), "o.a", 5, "{}", 1000, "t").verdict is Verdict.HELD
-    back = park.claim("b", str(tokens[1]), "o.b", 5, "{}", 1000, "t")
+    assert park.claim("a", str(tokens[0]), "o.a", 5, "{}", SLOTS, "t").verdict is Verdict.HELD
+    back = park.claim("b", str(tokens[1]), "o.b", 5, "{}", SLOTS, "t")
     assert back.verdict is Verdict.PARKED and park.status().parked == 1

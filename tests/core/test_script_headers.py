@@ -21,6 +21,7 @@ import pytest
 
 from celery_redislock import FairSemaphore, Overrides, RateLimiter, RedisLock
 from celery_redislock.core import liveness, scripts
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.fencing import FencedResource
 from celery_redislock.core.heartbeat import HEARTBEAT
 from celery_redislock.core.inspection import inspect_names
@@ -122,14 +123,14 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
 
     park = Parking(redis_client, prefix, f"{name}-p")
     config = ParkConfig(deadline=5)
-    reserved = park.enqueue("t1", 1, "{}", 0, config, "task")
-    assert park.enqueue("t2", 1, "{}", 0, config, "task").count == 1
-    held = park.claim("t1", str(reserved.token), "owner.1", 5, "{}", 1, "task")
+    reserved = park.enqueue("t1", Capacity.semaphore(1), "{}", 0, config, "task")
+    assert park.enqueue("t2", Capacity.semaphore(1), "{}", 0, config, "task").count == 1
+    held = park.claim("t1", str(reserved.token), "owner.1", 5, "{}", Capacity.semaphore(1), "task")
     assert held.token > 0
-    released, promotions = park.release("owner.1", 1, config, "task")
+    released, promotions = park.release("owner.1", Capacity.semaphore(1), config, "task")
     assert released and [p.task_id for p in promotions] == ["t2"]
-    park.promote(1, config, "task")
-    park.arrive("t3", 1, "{}", 0, config, "owner.3", 5, "{}", "task")
+    park.promote(Capacity.semaphore(1), config, "task")
+    park.arrive("t3", Capacity.semaphore(1), "{}", 0, config, "owner.3", 5, "{}", "task")
     assert park.hold_state("t3", "w1", "parked", 5) == 1  # t3 is parked: write
     assert park.hold_state("t3", "w2", "", 5) == 0  # w1 holds it: wait
     park.free_state("t3", "w1")

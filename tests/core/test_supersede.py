@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 
 from celery_redislock import FencedResource, RedisLock, Superseded
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.heartbeat import refresh_leases
 from celery_redislock.core.park import ParkConfig, Parking
 from celery_redislock.core.rate import NO_RATE
+
+LOCK = Capacity.lock()
 
 SUPERSEDE = ParkConfig(keep_latest=True, supersede=True)
 
@@ -24,7 +27,7 @@ def test_a_parked_newer_call_supersedes_the_holder(redis_client: Any, prefix: st
     assert resource.write(lock.token or 0, "old")
     lock.checkpoint()  # nothing yet
     assert not lock.superseded
-    admission = Parking(redis_client, prefix, "sup").enqueue("newer", -1, "{}", 0, SUPERSEDE, "t")
+    admission = Parking(redis_client, prefix, "sup").enqueue("newer", LOCK, "{}", 0, SUPERSEDE, "t")
     assert admission.count == 1  # parked behind the holder
     assert lock.lease is not None and lock.lease.renew() > 0  # renewed, and ...
     assert lock.superseded  # ... told it is superseded
@@ -45,7 +48,7 @@ def test_a_parked_newer_call_supersedes_the_holder(redis_client: Any, prefix: st
 def test_without_supersede_nothing_is_marked(redis_client: Any, prefix: str) -> None:
     lock = RedisLock(redis_client, "plain", prefix=prefix, ttl=5)
     assert lock.acquire()
-    Parking(redis_client, prefix, "plain").enqueue("n", -1, "{}", 0, ParkConfig(keep_latest=True),
+    Parking(redis_client, prefix, "plain").enqueue("n", LOCK, "{}", 0, ParkConfig(keep_latest=True),
                                                   "t")  # fmt: skip
     assert lock.lease is not None and lock.lease.renew() > 0 and not lock.superseded
     lock.checkpoint()
@@ -67,10 +70,10 @@ def test_a_run_put_back_at_the_head_is_replaced_only_by_a_superseding_call(
     assert lock.acquire()
     park = Parking(redis_client, prefix, "head")
     config = ParkConfig(keep_latest=True, supersede=supersede)
-    assert park.enqueue("pending", -1, "{}", 0, config, "t").count == 1
-    retried = park.park_at_head("running", -1, "{}", 0, 5.0, "t", NO_RATE)
+    assert park.enqueue("pending", LOCK, "{}", 0, config, "t").count == 1
+    retried = park.park_at_head("running", LOCK, "{}", 0, 5.0, "t", NO_RATE)
     assert retried.count == 2  # ahead of the pending call
-    newer = park.enqueue("newer", -1, "{}", 0, config, "t")
+    newer = park.enqueue("newer", LOCK, "{}", 0, config, "t")
     if supersede:
         assert (sorted(newer.replaced), newer.count) == (["pending", "running"], 1)
         assert [e["task_id"] for e in park.status(5).entries] == ["newer"]

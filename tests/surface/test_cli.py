@@ -30,6 +30,7 @@ from click.testing import CliRunner, Result
 
 from celery_redislock import FairSemaphore, RateLimiter, RedisLock
 from celery_redislock.admin.top import CLEAR, watch
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.connection import client_from_url
 from celery_redislock.core.override import Overrides
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
@@ -42,6 +43,9 @@ from example_worker.records import Recorder
 from tests import cli_app
 from tests.processes import interruptible, reap
 from tests.waiting import wait_for
+
+ONE_SLOT = Capacity.semaphore(1)
+LOCK = Capacity.lock()
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -617,15 +621,15 @@ def test_status_top_ranks_the_busiest_keys(
     waiter = spawn("sem:calm", slots=1, task_id="w-1")
     config = ParkConfig(deadline=60)
     older = Parking(redis_client, prefix, "api:acme")  # a semaphore of one slot
-    assert older.enqueue("a1", 1, "{}", 0, config, "proj.call").verdict is Verdict.RESERVED
+    assert older.enqueue("a1", ONE_SLOT, "{}", 0, config, "proj.call").verdict is Verdict.RESERVED
     for i, parked in [(2, 1), (3, 2)]:
-        assert older.enqueue(f"a{i}", 1, "{}", 0, config, "proj.call").count == parked
+        assert older.enqueue(f"a{i}", ONE_SLOT, "{}", 0, config, "proj.call").count == parked
     RateLimiter(redis_client, "api:acme", prefix=prefix).pause(600)
     wait_for(lambda: (older.status().oldest_age or 0) >= 0.2, message="api:acme to age")
     newer = Parking(redis_client, prefix, "api:later")  # a lock (limit passed fixed)
-    assert newer.enqueue("b1", -1, "{}", 0, config, "proj.lock").verdict is Verdict.RESERVED
+    assert newer.enqueue("b1", LOCK, "{}", 0, config, "proj.lock").verdict is Verdict.RESERVED
     for i, parked in [(2, 1), (3, 2)]:
-        assert newer.enqueue(f"b{i}", -1, "{}", 0, config, "proj.lock").count == parked
+        assert newer.enqueue(f"b{i}", LOCK, "{}", 0, config, "proj.lock").count == parked
 
     def waiting() -> dict[str, Any] | None:
         out = run("-A", app_module, "redislock", "status", "--top", "9", "--json")
@@ -766,8 +770,10 @@ def test_status_shows_a_debounced_keys_pending_run_and_when_it_is_due(
     and ``parked --list`` names the task."""
     config = ParkConfig(keep_latest=True, debounce=60)
     park = Parking(redis_client, prefix, "index:doc7")
-    assert park.enqueue("d1", -1, '{"task": "proj.reindex"}', 0, config, "proj.reindex").count == 1
-    replaced = park.enqueue("d2", -1, '{"task": "proj.reindex"}', 0, config, "proj.reindex")
+    assert (
+        park.enqueue("d1", LOCK, '{"task": "proj.reindex"}', 0, config, "proj.reindex").count == 1
+    )
+    replaced = park.enqueue("d2", LOCK, '{"task": "proj.reindex"}', 0, config, "proj.reindex")
     assert replaced.replaced == ("d1",)
     out = run("-A", app_module, "redislock", "status", "--top", "5", "--json")
     row = next(r for r in json.loads(out.stdout)["top"] if r["name"] == "index:doc7")

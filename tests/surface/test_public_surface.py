@@ -137,9 +137,7 @@ def test_settings_table_matches_what_the_package_reads() -> None:
     read = set(re.findall(r"setting\(\s*conf,\s*\"(redislock_\w+)\"", sources))
     assert "redislock_url" in read, "found no setting read in the package"
     assert {"redislock_park_deadline", "redislock_allow_green_pool"} <= read
-    assert (
-        documented == read == set(SETTINGS)
-    )  # SETTINGS: what unread_settings knows
+    assert documented == read == set(SETTINGS)  # SETTINGS: what unread_settings knows
 
 
 def test_every_setting_is_read_in_settings_py_only() -> None:

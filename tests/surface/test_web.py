@@ -29,10 +29,13 @@ import pytest
 import redis
 
 from celery_redislock.admin.web import allowed_host
+from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
 from celery_redislock.testing.servers import free_port
 from tests.processes import interruptible, reap
 from tests.waiting import wait_for
+
+ONE_SLOT = Capacity.semaphore(1)
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = "<script>alert(1)</script>"
@@ -158,7 +161,9 @@ def park(client: Any, prefix: str, name: str, ids: list[str], task: str = "proj.
     parking = Parking(client, prefix, name)
     for task_id in ids:
         envelope = json.dumps({"task": task, "headers": {"argsrepr": f"({task_id!r}, '<b>x</b>')"}})
-        verdict = parking.enqueue(task_id, 1, envelope, 0, ParkConfig(deadline=30), task).verdict
+        verdict = parking.enqueue(
+            task_id, ONE_SLOT, envelope, 0, ParkConfig(deadline=30), task
+        ).verdict
         assert verdict in (Verdict.RESERVED, Verdict.PARKED)
 
 

@@ -22,8 +22,7 @@ from ...core.inspection import LeaseSetState, inspect_names, task_id_of
 from ...core.override import Overrides
 from ...core.park import Parking, ParkStatus
 from ...core.rate import Rate
-from ...task import UNCAPPED
-from ..keyrows import KeyRow
+from ..keyrows import KeyRow, kind_and_limit
 from ..target import Target
 from ..top import top_rows
 
@@ -173,11 +172,7 @@ def key_page(target: Target, name: str, count: int) -> dict[str, Any]:
     park = Parking(target.client, target.prefix, name).status(count)
     override = Overrides(target.client, name, target.prefix).get()
     entries: list[Holder | Waiter] = [*state.holders, *state.waiters]
-    fixed = any(e.fixed for e in entries)
-    limit = park.limit or (None if fixed else override.limit) or state.limit
-    kind = "lock" if fixed else "semaphore" if entries else "rate" if park.rate else "-"
-    if limit is not None and limit >= UNCAPPED:
-        kind, limit = "rate", None
+    kind, limit = kind_and_limit(entries, park, override.limit, state.limit)
     reserved = sum(1 for h in state.holders if h.meta.get("reserved")) or park.in_flight
     held = len(state.holders) - sum(1 for h in state.holders if h.meta.get("reserved"))
     return {
