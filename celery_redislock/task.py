@@ -64,8 +64,8 @@ from .parking.arrival import back_to_the_head
 from .parking.states import announce_superseded
 from .policies import check_options, check_policy, restore_retries
 from .run import admission
-from .run.leases import lease_set_for
 from .run.release import release_after_run, release_dead_child
+from .run.task_lease_set import lease_set_for
 
 __all__ = ["GuardedTask", "LockedTask", "RateLimitedTask", "SemaphoreTask"]
 
@@ -188,7 +188,7 @@ class GuardedTask(Task):  # type: ignore[misc]
         task_id: str | None = None,
     ) -> LeaseSet:
         """A lease-set object for ``name`` on the app's Redis (for inspection or
-        holding); see :func:`celery_redislock.run.leases.lease_set_for`."""
+        holding); see :func:`celery_redislock.run.task_lease_set.lease_set_for`."""
         return lease_set_for(
             self, name, ttl=ttl, limit=limit, owner_prefix=owner_prefix, on_lost=on_lost,
             task_id=task_id,
@@ -207,14 +207,14 @@ class GuardedTask(Task):  # type: ignore[misc]
     ) -> Any:
         """``Task.apply_async`` plus the per-call options of
         :mod:`celery_redislock.enqueue.options`; see
-        :func:`celery_redislock.enqueue.publish.apply_async`."""
+        :func:`celery_redislock.enqueue.publish.publish_call`."""
 
         def send(task_id: str) -> Any:
             return super(GuardedTask, self).apply_async(
                 args, kwargs, task_id, producer, link, link_error, shadow, **call
             )
 
-        return publish.apply_async(self, args, kwargs, task_id, call, send)
+        return publish.publish_call(self, args, kwargs, task_id, call, send)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request

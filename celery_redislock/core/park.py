@@ -36,8 +36,8 @@ from .heartbeat import is_cluster
 from .keys import ParkKeys, park_index, revoke_record
 from .leaseset import WAIT_LEASE
 from .park_types import (
-    Admission,
     Dropped,
+    Outcome,
     ParkConfig,
     ParkStatus,
     Promotion,
@@ -64,8 +64,8 @@ from .scripts import (
 __all__ = [
     "PROMOTE_BATCH",
     "REVOKE_MEMORY",
-    "Admission",
     "Dropped",
+    "Outcome",
     "ParkConfig",
     "ParkStatus",
     "Parking",
@@ -137,43 +137,43 @@ class Parking:
     def enqueue(
         self, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
         config: ParkConfig, task_name: str = "", rate: RateTerms = NO_RATE,
-    ) -> Admission:  # fmt: skip
+    ) -> Outcome:  # fmt: skip
         """At publish: RESERVED (publish with the token; the slot and the rate's
         units are taken), PARKED (no slot, or the rate or a pause does not
         admit it now), DUPLICATE or BOUNDED / BOUNDED_TOTAL (nothing stored)."""
-        return self._admit("enqueue", task_id, capacity, envelope, expires_in, config,
+        return self._decide("enqueue", task_id, capacity, envelope, expires_in, config,
                            task_name=task_name, rate=rate)  # fmt: skip
 
     def arrive(
         self, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
         config: ParkConfig, owner: str, ttl: float, meta: str, task_name: str = "",
         rate: RateTerms = NO_RATE,
-    ) -> Admission:  # fmt: skip
+    ) -> Outcome:  # fmt: skip
         """A message without a reservation reached a worker: HELD (``owner``
         holds the slot for ``ttl``), PARKED, DUPLICATE or BOUNDED*."""
-        return self._admit("arrive", task_id, capacity, envelope, expires_in, config,
+        return self._decide("arrive", task_id, capacity, envelope, expires_in, config,
                            owner, ttl, meta, task_name, rate)  # fmt: skip
 
     def try_hold(
         self, task_id: str, capacity: Capacity, owner: str, ttl: float, meta: str, task_name: str,
         rate: RateTerms,
-    ) -> Admission:  # fmt: skip
+    ) -> Outcome:  # fmt: skip
         """A run of a policy that does not park: HELD (the slot and the rate's
         units, together), FULL (no slot) or RATE (admitted in ``wait`` seconds);
         nothing is taken unless HELD."""
-        return self._admit("try", task_id, capacity, "", 0.0, ParkConfig(), owner, ttl, meta,
+        return self._decide("try", task_id, capacity, "", 0.0, ParkConfig(), owner, ttl, meta,
                            task_name, rate)  # fmt: skip
 
     def park_at_head(
         self, task_id: str, capacity: Capacity, envelope: str, expires_in: float, pause: float,
         task_name: str, rate: RateTerms, token: str = "",
-    ) -> Admission:  # fmt: skip
+    ) -> Outcome:  # fmt: skip
         """A running task puts itself back ahead of all parked work of the name
         and pauses the name for ``pause`` seconds (a pause only lengthens):
         PARKED, with ``wait`` the pause left.  ``token``: the promotion token the
         run was claimed with, if any; it becomes stale, so a copy of the run's
         message (redelivered after a crash) never runs: the park has the task."""
-        return self._admit("head", task_id, capacity, envelope, expires_in, ParkConfig(),
+        return self._decide("head", task_id, capacity, envelope, expires_in, ParkConfig(),
                            task_name=task_name, rate=rate, pause=pause, token=token)  # fmt: skip
 
     def where(self, task_id: str, token: str = "") -> tuple[str, str]:
@@ -185,11 +185,11 @@ class Parking:
         where, fate = PARK_WHERE(self.client, keys, [task_id, token])
         return text(where), text(fate)
 
-    def _admit(
+    def _decide(
         self, mode: str, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
         config: ParkConfig, owner: str = "", ttl: float = 0.0, meta: str = "",
         task_name: str = "", rate: RateTerms = NO_RATE, pause: float = 0.0, token: str = "",
-    ) -> Admission:  # fmt: skip
+    ) -> Outcome:  # fmt: skip
         if config.max_total and self.cluster:
             raise ValueError(
                 "redislock_park_max_total needs a single Redis server: on a cluster the "
@@ -205,18 +205,18 @@ class Parking:
              _ms(config.debounce_max) if config.debounce_max > 0 else 0,
              "1" if config.supersede else ""],
         )  # fmt: skip
-        return Admission.of(reply)
+        return Outcome.of(reply)
 
     def claim(
         self, task_id: str, token: str, owner: str, ttl: float, meta: str, capacity: Capacity,
         task_name: str = "",
-    ) -> Admission:  # fmt: skip
+    ) -> Outcome:  # fmt: skip
         """A promoted message arrived: HELD (its reservation became ``owner``'s
         lease), PARKED (sent back: the name is over a lowered limit) or DROP."""
         reply = self._call(
             PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, capacity.encoded, _field(task_name)]
         )
-        return Admission.of(reply)
+        return Outcome.of(reply)
 
     def promote(
         self, capacity: Capacity | None, config: ParkConfig, task_name: str = ""

@@ -1,5 +1,5 @@
 """The values the park takes and gives back: its settings (:class:`ParkConfig`),
-an admission's decision (:class:`Admission`), promotions, drops and a name's
+an admission's decision (:class:`Outcome`), promotions, drops and a name's
 status.  Plain data, parsed from the park scripts' replies (core/park.py)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from .rate import Rate
 from .scripts import text
 
 __all__ = [
-    "Admission",
     "Dropped",
+    "Outcome",
     "ParkConfig",
     "ParkStatus",
     "Promotion",
@@ -65,7 +65,7 @@ class Verdict(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Admission:
+class Outcome:
     verdict: Verdict
     token: int = 0
     count: int = 0
@@ -75,7 +75,7 @@ class Admission:
     replaced: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, reply: Sequence[Any]) -> Admission:
+    def of(cls, reply: Sequence[Any]) -> Outcome:
         verdict, value = Verdict(text(reply[0])), reply[1]
         if verdict is Verdict.HELD:
             return cls(verdict, token=int(value), wait=int(reply[3]) / 1_000_000)

@@ -19,7 +19,7 @@ from celery.utils import uuid
 from ..policies import POLICIES, Context, Policy, check_policy
 from . import dedupe, options
 
-__all__ = ["apply_async"]
+__all__ = ["publish_call"]
 
 
 def _opens_a_window(task: Any, policy: Policy, task_id: str) -> bool:
@@ -33,7 +33,7 @@ def _opens_a_window(task: Any, policy: Policy, task_id: str) -> bool:
     return bool(request.called_directly or task_id != request.id)
 
 
-def apply_async(
+def publish_call(
     task: Any,
     args: Any,
     kwargs: Any,

@@ -1,4 +1,4 @@
-"""Admission of a park-policy task when its message reaches a pool child.
+"""Outcome of a park-policy task when its message reaches a pool child.
 
 A promoted message carries its reservation's token: while its task id is in
 flight, the first copy to arrive claims the reservation as its lease
@@ -23,7 +23,7 @@ from celery.exceptions import Ignore
 from .. import signals
 from ..core.leaseset import LeaseSet
 from ..core.owners import new_owner
-from ..core.park import Admission, Parking, Verdict
+from ..core.park import Outcome, Parking, Verdict
 from ..core.rate import RateLimiter
 from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..settings import settings_for
@@ -38,12 +38,12 @@ from .states import (
     raise_if_bounded,
 )
 
-__all__ = ["admit", "back_to_the_head"]
+__all__ = ["back_to_the_head", "claim_or_arrive"]
 
 log = logging.getLogger("celery_redislock")
 
 
-def admit(
+def claim_or_arrive(
     task: Any, request: Any, args: Sequence[Any], kwargs: Any, lease_set: LeaseSet,
     park: Mapping[str, Any] = NO_CHANGES,
 ) -> LeaseSet:  # fmt: skip
@@ -71,7 +71,7 @@ def admit(
     config = replace(settings_for(task.app).park, **park)
     meta = lease_set.holder_meta()
     sent_at = time.monotonic()
-    admission: Admission | None = None
+    admission: Outcome | None = None
     if token is not None:
         admission = parking.claim(
             task_id, str(token), owner, lease_set.ttl, meta, lease_set.capacity, task.name

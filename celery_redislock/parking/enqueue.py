@@ -30,12 +30,12 @@ from ..core.capacity import Capacity
 from ..core.park import Parking, Verdict
 from ..core.rate import NO_RATE, RateTerms
 from ..enqueue.options import HEADER_PARK_TOKEN
-from ..run.leases import capacity_of
+from ..run.task_lease_set import capacity_of
 from ..settings import client_for
 from .message import envelope_of_publish, eta_in, expires_in, json_dumps, sent_fields_of
 from .states import announce_parked, announce_superseded, raise_if_bounded
 
-__all__ = ["apply_async", "retry_at_head"]
+__all__ = ["park_or_publish", "retry_at_head"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -57,7 +57,7 @@ _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("redislock_
 _INSTALL_LOCK = threading.Lock()
 
 
-def apply_async(
+def park_or_publish(
     task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any],
     rate: RateTerms = NO_RATE, park: Mapping[str, Any] = NO_CHANGES,
 ) -> Any:  # fmt: skip

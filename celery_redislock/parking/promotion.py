@@ -24,7 +24,7 @@ from ..core.capacity import Capacity
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
 from ..enqueue import dedupe
-from ..run.leases import capacity_of
+from ..run.task_lease_set import capacity_of
 from ..settings import client_for, settings_for
 from .message import json_loads, republish, request_of, sent_fields_of
 from .states import PROMOTED, ParkUnclaimed, mark_failed, mark_revoked, store_state

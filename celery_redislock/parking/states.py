@@ -38,7 +38,7 @@ from celery.exceptions import Ignore
 
 from .. import events, signals
 from ..core.errors import LockContended
-from ..core.park import Admission, ParkConfig, Parking, Verdict
+from ..core.park import Outcome, ParkConfig, Parking, Verdict
 from ..settings import client_for
 
 __all__ = [
@@ -93,7 +93,7 @@ class ParkUnclaimed(LockContended):
     Its slot passed on; a copy still in the broker never runs."""
 
 
-def raise_if_bounded(admission: Admission, name: str, what: str) -> None:
+def raise_if_bounded(admission: Outcome, name: str, what: str) -> None:
     """:class:`ParkFull` when ``admission`` met a bound (nothing was stored)."""
     if admission.verdict is Verdict.BOUNDED:
         raise ParkFull(
@@ -111,7 +111,7 @@ def raise_if_bounded(admission: Admission, name: str, what: str) -> None:
 
 
 def announce_parked(
-    task: Any, task_id: str, name: str, where: str, admission: Admission,
+    task: Any, task_id: str, name: str, where: str, admission: Outcome,
     config: ParkConfig | None = None,
 ) -> None:  # fmt: skip
     """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive /

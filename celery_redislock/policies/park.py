@@ -14,8 +14,8 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from ..parking.arrival import admit
-from ..parking.enqueue import NO_CHANGES, apply_async
+from ..parking.arrival import claim_or_arrive
+from ..parking.enqueue import NO_CHANGES, park_or_publish
 from ..parking.promotion import after_release, releaser
 from .base import Context, Policy, fail, take
 
@@ -38,7 +38,7 @@ class Park(Policy):
         task, request, args, kwargs = ctx.task, ctx.request, ctx.args, ctx.kwargs
         lease_set = ctx.need_lease_set()
         # Holds the lease, or raises Ignore (parked, or a stale copy).
-        admit(task, request, args, kwargs, lease_set, self.park_settings(task))
+        claim_or_arrive(task, request, args, kwargs, lease_set, self.park_settings(task))
         return True
 
     def contended(self, ctx: Context) -> NoReturn:
@@ -53,7 +53,7 @@ class Park(Policy):
         name, task_id = ctx.name, ctx.task_id
         limit = task.redislock_limit(ctx.args, ctx.kwargs)
         rate = task.redislock_rate(ctx.args, ctx.kwargs)
-        return apply_async(task, name, task_id, limit, send, rate, self.park_settings(task))
+        return park_or_publish(task, name, task_id, limit, send, rate, self.park_settings(task))
 
     def park_settings(self, task: Any) -> Mapping[str, Any]:
         """Changes to the app's ``ParkConfig`` for a call of ``task`` (none here;

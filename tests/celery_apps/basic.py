@@ -568,7 +568,7 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
     """
     import threading
 
-    from celery_redislock.core.park import Admission, Parking, Verdict
+    from celery_redislock.core.park import Outcome, Parking, Verdict
     from celery_redislock.parking import promotion
 
     republish = promotion.republish
@@ -597,7 +597,7 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
 
     admit = Parking._admit
 
-    def faulty_admit(self: Any, mode: str, task_id: str, *args: Any, **kwargs: Any) -> Admission:
+    def faulty_admit(self: Any, mode: str, task_id: str, *args: Any, **kwargs: Any) -> Outcome:
         admission = admit(self, mode, task_id, *args, **kwargs)
         if admission.verdict is Verdict.PARKED and rec.client.delete(f"{prefix}:fault:after_park"):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -609,7 +609,7 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
 
     claim = Parking.claim
 
-    def recording_claim(self: Any, task_id: str, token: str, *args: Any) -> Admission:
+    def recording_claim(self: Any, task_id: str, token: str, *args: Any) -> Outcome:
         admission = claim(self, task_id, token, *args)
         if admission.verdict is Verdict.DROP:
             rec.client.rpush(f"{prefix}:park-drops", f"{task_id} {token} {admission.reason!r}")

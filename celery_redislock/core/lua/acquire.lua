@@ -34,7 +34,7 @@ if redis.call('EXISTS', HOLDERS, QUEUE) == 0 then
   return token
 end
 
--- A hand-off (ours or one promote() makes now) shows as us being a holder.
+-- A hand-off (ours or one hand_off() makes now) shows as us being a holder.
 -- If its info entry was lost (the info key deleted), it gets a new token.
 local function held_reply()
   local mine = redis.call('ZSCORE', HOLDERS, owner)
@@ -64,14 +64,14 @@ if reply then return reply end
 
 local changed = purge_expired_holders()
 local state = holder_state()
-local promoted, waiting = promote(state, max_wait_ms, owner)
+local promoted, waiting = hand_off(state, max_wait_ms, owner)
 changed = changed + promoted
 if promoted > 0 then
   reply = held_reply()
   if reply then return reply end
 end
 
--- Granted directly only if no live waiter is left (promote() stopped at none).
+-- Granted directly only if no live waiter is left (hand_off() stopped at none).
 if not waiting and admissible(state, limit) then
   local token = add_holder(state, owner, ttl_ms, raw_limit, meta)
   fit_holder_ttl()
@@ -87,7 +87,7 @@ local first = earliest_expiry()
 if first then retry_in = math.min(math.max(first - NOW_MS, 1), half) end
 if wait then
   -- The entry lives until the promised re-ask (NOW + retry_in) plus a grace
-  -- of half a wait lease; promote() reads the promise back from it.
+  -- of half a wait lease; hand_off() reads the promise back from it.
   local lives = retry_in + half
   redis.call('ZADD', QUEUE, 'NX', NOW_US, owner)  -- keeps an earlier arrival
   redis.call('HSET', QINFO, owner, string.format('%d:%d:%d:', NOW_MS + lives, ttl_ms, raw_limit) .. meta)

@@ -34,8 +34,8 @@
 -- the other callers of the same name pass.  So each holder's and waiter's
 -- limit is stored with it, a caller with limit L is admitted only while
 --   holders < min(L, the limit of every current holder),
--- and waiters are promoted each by its own limit, in arrival order: a waiter
--- that cannot be admitted yet stops the promotion (nobody barges past it).
+-- and waiters are handed slots each by its own limit, in arrival order: a waiter
+-- that cannot be admitted yet stops the hand-off (nobody barges past it).
 -- Lowering a limit is therefore safe at any time: newcomers with the lower
 -- limit wait until the holders are few enough.
 --
@@ -263,14 +263,14 @@ end
 
 -- Hand free slots to live waiters in arrival order, each admitted by its
 -- own limit (see THE INVARIANT); stop at the first that cannot be admitted.
--- Each promoted waiter becomes a holder and gets its fencing token pushed
+-- Each waiter handed a slot becomes a holder and gets its fencing token pushed
 -- onto its wake list.  If a waiter is left at the head and would sleep past
 -- the earliest lease now held, it is nudged (unless it is `asker`, the
 -- caller of this script, which learns the new expiry from the reply).
--- Returns how many were promoted
+-- Returns how many were handed a slot
 -- and the live waiter left at the head (nil if none): while there is one, no
 -- newcomer may be granted a slot.
-local function promote(state, wake_ms, asker)
+local function hand_off(state, wake_ms, asker)
   local promoted = 0
   while true do
     local head, entry = live_head()
@@ -321,7 +321,7 @@ local function release_owner(owner, wake_ms, fit_later)
     return held
   end
 
-  -- A holder is never also queued (promote() dequeues whom it grants; a
+  -- A holder is never also queued (hand_off() dequeues whom it grants; a
   -- direct grant happens only when no live waiter is queued), so only a
   -- non-holder can have a queue place to give back.
   if not mine and redis.call('ZSCORE', QUEUE, owner) then
@@ -329,7 +329,7 @@ local function release_owner(owner, wake_ms, fit_later)
   end
   redis.call('DEL', WAKE .. owner)
   purge_expired_holders()
-  promote(holder_state(), wake_ms)
+  hand_off(holder_state(), wake_ms)
   if not fit_later then fit_holder_ttl() end
   return held
 end
