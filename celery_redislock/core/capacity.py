@@ -20,6 +20,7 @@ so workers of this and earlier versions read each other's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Literal
 
 __all__ = ["UNCAPPED", "Capacity", "Kind"]
@@ -49,7 +50,7 @@ class Capacity:
 
     @classmethod
     def semaphore(cls, slots: int) -> Capacity:
-        return cls("semaphore", slots)
+        return _semaphore(slots)
 
     @classmethod
     def rate(cls) -> Capacity:
@@ -60,7 +61,7 @@ class Capacity:
         """The cap on holders, None for a rate (no cap)."""
         return None if self.kind == "rate" else self.slots
 
-    @property
+    @cached_property
     def encoded(self) -> int:
         """The integer the scripts take and store (see the module docstring)."""
         return -self.slots if self.kind == "lock" else self.slots
@@ -74,3 +75,10 @@ class Capacity:
         if raw >= UNCAPPED:
             return cls.rate()
         return cls.semaphore(raw)
+
+
+@lru_cache(maxsize=1024)
+def _semaphore(slots: int) -> Capacity:
+    # One instance per limit in use: a call's capacity is asked for several
+    # times on its way (equal instances compare equal either way).
+    return Capacity("semaphore", slots)

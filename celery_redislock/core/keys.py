@@ -33,6 +33,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -91,38 +92,38 @@ class LeaseKeys:
     name: str
     indexed: bool = False
 
-    @property
+    @cached_property
     def base(self) -> str:
         return f"{self.prefix}:{{{self.name}}}"
 
-    @property
+    @cached_property
     def holders(self) -> str:
         return f"{self.base}:holders"
 
-    @property
+    @cached_property
     def info(self) -> str:
         return f"{self.base}:info"
 
-    @property
+    @cached_property
     def fence(self) -> str:
         return f"{self.base}:fence"
 
-    @property
+    @cached_property
     def queue(self) -> str:
         return f"{self.base}:queue"
 
-    @property
+    @cached_property
     def qinfo(self) -> str:
         return f"{self.base}:qinfo"
 
-    @property
+    @cached_property
     def wake_prefix(self) -> str:
         return f"{self.base}:wake:"
 
     def wake(self, owner: str) -> str:
         return self.wake_prefix + owner
 
-    @property
+    @cached_property
     def override(self) -> str:
         return f"{self.base}:override"
 
@@ -135,12 +136,21 @@ class LeaseKeys:
 
     def lease_keys(self) -> list[str]:
         """The seven keys of a lease set, in the order common.lua documents."""
-        return [self.holders, self.info, self.fence, self.queue, self.qinfo, self.wake_prefix,
-                self.override]  # fmt: skip
+        return list(self._lease_keys)
+
+    @cached_property
+    def _lease_keys(self) -> tuple[str, ...]:
+        return (self.holders, self.info, self.fence, self.queue, self.qinfo, self.wake_prefix,
+                self.override)  # fmt: skip
 
     def script_keys(self) -> list[str]:
         """KEYS of acquire/release/inspect: the seven, and the index when indexed."""
         return [*self.lease_keys(), *self._held()]
+
+    @cached_property
+    def encoded_script_keys(self) -> tuple[bytes, ...]:
+        """:meth:`script_keys` encoded once: every script call of a lease set sends them."""
+        return tuple(k.encode() for k in self.script_keys())
 
     def refresh_keys(self) -> list[str]:
         """KEYS of ``refresh_prefix.lua`` (and of ``refresh.lua`` for this lease alone)."""
@@ -162,27 +172,27 @@ class LeaseKeys:
 class ParkKeys(LeaseKeys):
     """The keys of one name's park, beside its lease set (same hash tag)."""
 
-    @property
+    @cached_property
     def park(self) -> str:
         return f"{self.base}:park"
 
-    @property
+    @cached_property
     def parked(self) -> str:
         return f"{self.base}:parked"
 
-    @property
+    @cached_property
     def inflight(self) -> str:
         return f"{self.base}:inflight"
 
-    @property
+    @cached_property
     def pmeta(self) -> str:
         return f"{self.base}:pmeta"
 
-    @property
+    @cached_property
     def tokens(self) -> str:
         return f"{self.base}:tokens"
 
-    @property
+    @cached_property
     def messages(self) -> str:
         return f"{self.base}:msgs"
 
@@ -192,29 +202,48 @@ class ParkKeys(LeaseKeys):
     def park_script_keys(self, cluster: bool) -> list[str]:
         """KEYS of the park scripts, in the order park_common.lua documents (the
         index and the total are in another slot, so left out on a cluster)."""
+        return list(self._in_slot if cluster else self._all_park_keys)
+
+    @cached_property
+    def _in_slot(self) -> tuple[str, ...]:
         rate = RateKeys(self.prefix, self.name)
-        keys = [*self.lease_keys(), self.park, self.parked, self.inflight, self.pmeta,
-                self.tokens, rate.rate, rate.pause, rate.started, self.messages]  # fmt: skip
-        if cluster:
-            return keys
-        return [*keys, park_index(self.prefix), park_total(self.prefix), held_index(self.prefix)]
+        return (*self._lease_keys, self.park, self.parked, self.inflight, self.pmeta,
+                self.tokens, rate.rate, rate.pause, rate.started, self.messages)  # fmt: skip
+
+    @cached_property
+    def _all_park_keys(self) -> tuple[str, ...]:
+        return (*self._in_slot, park_index(self.prefix), park_total(self.prefix),
+                held_index(self.prefix))  # fmt: skip
 
 
 @dataclass(frozen=True)
 class RateKeys(LeaseKeys):
     """The keys of one name's rate limit, beside its lease set (same hash tag)."""
 
-    @property
+    @cached_property
     def rate(self) -> str:
         return f"{self.base}:rate"
 
-    @property
+    @cached_property
     def pause(self) -> str:
         return f"{self.base}:pause"
 
-    @property
+    @cached_property
     def started(self) -> str:
         return f"{self.base}:started"
+
+
+@lru_cache(maxsize=4096)
+def lease_keys(prefix: str, name: str, indexed: bool = False) -> LeaseKeys:
+    """The keys of a lease set, each name computed once per process: the names
+    depend on ``prefix`` and ``name`` alone, and a run uses them several times."""
+    return LeaseKeys(prefix, name, indexed)
+
+
+@lru_cache(maxsize=4096)
+def park_keys(prefix: str, name: str) -> ParkKeys:
+    """The keys of a name's park, computed once per process (as :func:`lease_keys`)."""
+    return ParkKeys(prefix, name)
 
 
 def park_index(prefix: str) -> str:
@@ -253,7 +282,7 @@ class LiveKeys:
     prefix: str
     space: str
 
-    @property
+    @cached_property
     def index(self) -> str:
         return f"{self.prefix}:{{live:{self.space}}}"
 

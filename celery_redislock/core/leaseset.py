@@ -100,7 +100,13 @@ from .capacity import Capacity, Kind
 from .errors import AcquireTimeout, LockError, LockLost, NotOwned, NotReplicated, Superseded
 from .heartbeat import HEARTBEAT, Heartbeat, is_cluster
 from .holders import Holder, Waiter, parse_inspect
-from .keys import DEFAULT_PREFIX, SUPERSEDED_FIELD, LeaseKeys, validate_name, validate_prefix
+from .keys import (
+    DEFAULT_PREFIX,
+    SUPERSEDED_FIELD,
+    lease_keys,
+    validate_name,
+    validate_prefix,
+)
 from .lease import Lease, LostCallback
 from .liveness import holder_fields
 from .owners import HOSTNAME, new_owner
@@ -192,7 +198,7 @@ class LeaseSet:
         if not isinstance(index, bool):
             raise TypeError(f"index must be a bool, got {index!r}")
         indexed = index and not is_cluster(self.client)
-        self.keys = LeaseKeys(validate_prefix(prefix), self.name, indexed)
+        self.keys = lease_keys(validate_prefix(prefix), self.name, indexed)
         self.blocking_timeout = (
             self._default_blocking_timeout
             if blocking_timeout is ...
@@ -210,19 +216,17 @@ class LeaseSet:
         self._meta_head = f'{meta_json[:-1]}{separator}"host": {json.dumps(HOSTNAME)}, '
         # Encoded once: every script call sends these, and encoding is a
         # visible share of an uncontended acquire/release cycle.
-        self._script_keys: list[bytes] = [k.encode() for k in self.keys.script_keys()]
-        self._constant_args = tuple(
-            str(n).encode()
-            for n in (self.capacity.encoded, int(self.ttl * 1000), int(WAIT_LEASE * 1000))
+        self._script_keys = self.keys.encoded_script_keys
+        #: the kind and limit of this set, as the scripts take them
+        #: (:attr:`Capacity.encoded`): a run-time override of the name changes a
+        #: semaphore's limit and never a lock's
+        self.capacity = Capacity.lock() if self.kind == "lock" else Capacity.semaphore(limit)
+        self._constant_args = (
+            str(self.capacity.encoded).encode(),
+            str(int(self.ttl * 1000)).encode(),
+            str(int(WAIT_LEASE * 1000)).encode(),
         )
         self._lease: Lease | None = None
-
-    @property
-    def capacity(self) -> Capacity:
-        """The kind and limit of this set, as the scripts take them
-        (:attr:`Capacity.encoded`): a run-time override of the name changes a
-        semaphore's limit and never a lock's."""
-        return Capacity("lock", 1) if self.kind == "lock" else Capacity.semaphore(self.limit)
 
     # -- state --------------------------------------------------------------
 

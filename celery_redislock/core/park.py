@@ -33,7 +33,7 @@ from typing import Any
 
 from .capacity import Capacity
 from .heartbeat import is_cluster
-from .keys import ParkKeys, park_index, revoke_record
+from .keys import park_index, park_keys, revoke_record
 from .leaseset import WAIT_LEASE
 from .park_types import (
     Dropped,
@@ -87,6 +87,9 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
+WAIT_LEASE_MS = _ms(WAIT_LEASE)
+
+
 def _encoded(capacity: Capacity | None) -> int:
     """The caller's capacity as the scripts take it; 0: not known (the
     sweeper), so every parked entry is admitted by the limit it was parked with."""
@@ -113,7 +116,7 @@ class Parking:
         self.prefix = prefix
         self.name = name
         self.cluster = is_cluster(client)
-        self.keys = ParkKeys(prefix, name)
+        self.keys = park_keys(prefix, name)
         self._script_keys = self.keys.park_script_keys(self.cluster)
 
     @property
@@ -244,7 +247,7 @@ class Parking:
         and the promotions."""
         reply = self._call(
             PARK_RELEASE,
-            [owner, _ms(WAIT_LEASE), _encoded(capacity), _ms(config.deadline), PROMOTE_BATCH,
+            [owner, WAIT_LEASE_MS, _encoded(capacity), _ms(config.deadline), PROMOTE_BATCH,
              _field(task_name), config.max_publishes],
         )  # fmt: skip
         return bool(reply[1]), _promotions(reply[2:])

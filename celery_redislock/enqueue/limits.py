@@ -112,7 +112,10 @@ class PerCall(Generic[T]):
 
     def for_call(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> T:
         """The value of a call; without its arguments, only a fixed value has one."""
-        if self.is_callable and args is None and kwargs is None:
+        if self._function is None:  # the common case, without a call more
+            assert self.fixed is not None
+            return self.fixed
+        if args is None and kwargs is None:
             raise TypeError(
                 f"task {self.task}: {self.option} is a callable of the task's arguments; "
                 "give the call's args/kwargs (or limit=)"

@@ -36,6 +36,7 @@ import enum
 import hashlib
 import inspect
 import math
+import re
 import string
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -47,9 +48,13 @@ __all__ = ["MAX_KEY_LENGTH", "KeyBuilder", "canonical", "keys_of_task_class", "s
 
 MAX_KEY_LENGTH = 200
 _ESCAPE = {c: f"%{ord(c):02X}" for c in "%:{}"}
+#: what _escape changes: most values (ids, slugs) have none of it
+_NEEDS_ESCAPE = re.compile(r"[%:{}\x00-\x1f\x7f]")
 
 
 def _escape(text: str) -> str:
+    if _NEEDS_ESCAPE.search(text) is None:
+        return text
     return "".join(
         _ESCAPE.get(c) or (f"%{ord(c):02X}" if ord(c) < 32 or ord(c) == 127 else c) for c in text
     )

@@ -100,7 +100,8 @@ def claim_or_arrive(
             time.sleep(admission.wait)
         return lease_set
     if admission.verdict is Verdict.PARKED:
-        announce_parked(task, task_id, name, "arrive", admission, config if arrived else None)
+        announce_parked(task, task_id, name, "arrive", admission, config if arrived else None,
+                        parking)  # fmt: skip
         announce_superseded(task, admission.replaced, task_id, name, "arrive")
         raise StillPending()
     raise_if_bounded(admission, name, f"{task.name}[{task_id}] not parked")
@@ -130,7 +131,7 @@ def back_to_the_head(
         task.redislock_rate(args, kwargs), "" if token is None else str(token),
     )  # fmt: skip
     if admission.verdict is Verdict.PARKED:
-        announce_parked(task, request.id, lease_set.name, "pause", admission)
+        announce_parked(task, request.id, lease_set.name, "pause", admission, parking=parking)
     else:  # a copy of this task is parked or in flight already: it is the one that runs
         RateLimiter(lease_set.client, lease_set.name, prefix=lease_set.keys.prefix).pause(seconds)
         log.info("%s[%s] paused %r; a copy of it is already %s", task.name, request.id,

@@ -132,7 +132,8 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
         _park_retry(call, envelope)
         return None
     config = replace(settings.park, **call.park)
-    admission = Parking(client, settings.prefix, call.name).enqueue(
+    parking = Parking(client, settings.prefix, call.name)
+    admission = parking.enqueue(
         call.task_id, call.capacity, json_dumps(envelope),
         expires_in(envelope["headers"], task.app), config, task.name, call.rate,
     )  # fmt: skip
@@ -141,7 +142,7 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
     raise_if_bounded(admission, call.name, f"{task.name}[{call.task_id}] not enqueued")
     if admission.verdict is Verdict.PARKED:
         events.sent(task.app, sent_fields_of(envelope))  # the task-sent Celery did not send
-        announce_parked(task, call.task_id, call.name, "enqueue", admission, config)
+        announce_parked(task, call.task_id, call.name, "enqueue", admission, config, parking)
         announce_superseded(task, admission.replaced, call.task_id, call.name, "enqueue")
     return None
 
@@ -149,13 +150,14 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
 def _park_retry(call: _Call, envelope: dict[str, Any]) -> None:
     task, headers = call.task, envelope["headers"]
     client, settings = client_for(task.app)
-    admission = Parking(client, settings.prefix, call.name).park_at_head(
+    parking = Parking(client, settings.prefix, call.name)
+    admission = parking.park_at_head(
         call.task_id, call.capacity, json_dumps(envelope), expires_in(headers, task.app),
         eta_in(headers, task.app), task.name, call.rate, call.token,
     )  # fmt: skip
     if admission.verdict is Verdict.PARKED:
         events.sent(task.app, sent_fields_of(envelope))
-        announce_parked(task, call.task_id, call.name, "retry", admission)
+        announce_parked(task, call.task_id, call.name, "retry", admission, parking=parking)
     else:  # a copy of this task is parked or in flight already: it is the one that runs
         log.info("%s[%s] retry not stored: a copy of it is already %s", task.name, call.task_id,
                  admission.reason)  # fmt: skip

@@ -112,12 +112,12 @@ def raise_if_bounded(admission: Outcome, name: str, what: str) -> None:
 
 def announce_parked(
     task: Any, task_id: str, name: str, where: str, admission: Outcome,
-    config: ParkConfig | None = None,
+    config: ParkConfig | None = None, parking: Parking | None = None,
 ) -> None:  # fmt: skip
     """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive /
     pause / retry); for a task parked for its rate (or a pause) also
     ``lock_rate_limited``.  ``config``: the park settings of the call (a
-    debounced call says so)."""
+    debounced call says so); ``parking``: the name's, if the caller has it."""
     count, wait = admission.count, admission.wait
     meta: dict[str, Any] = {"lock": name, "where": where}
     if where == "retry":  # a run's own retry, ahead of the park (parking/enqueue.py)
@@ -143,7 +143,8 @@ def announce_parked(
         log.info(
             "%s[%s] parked (%s): %r is full, %d parked", task.name, task_id, where, name, count
         )
-    store_state(task.app, task_id, PARKED, meta, lock=name, task_name=task.name, needs="parked")
+    store_state(task.app, task_id, PARKED, meta, lock=parking or name, task_name=task.name,
+                needs="parked")  # fmt: skip
     signals.lock_parked.send(
         sender=task, task_id=task_id, name=name, kind=task._redislock_kind, where=where,
         parked=count,

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, NoReturn, TypeVar
+from typing import Any, ClassVar, Literal, NoReturn
 
 from .. import signals
 from ..core.errors import LockContended
@@ -22,8 +22,6 @@ log = logging.getLogger("celery_redislock")
 
 #: when a policy hook is called: at ``apply_async``, in the run, or after the slot is given back
 Phase = Literal["enqueue", "run", "release"]
-
-_T = TypeVar("_T")
 
 
 @dataclass
@@ -91,20 +89,24 @@ class Context:
 
     def need_lease_set(self) -> LeaseSet:
         """``lease_set``; a ``RuntimeError`` in a phase that has none (enqueue)."""
-        return self._need(self.lease_set, "lease_set")
+        if self.lease_set is None:
+            raise self._missing("lease_set")
+        return self.lease_set
 
     def need_limit(self) -> int:
         """``limit``; a ``RuntimeError`` in a phase that has none (enqueue)."""
-        return self._need(self.limit, "limit")
+        if self.limit is None:
+            raise self._missing("limit")
+        return self.limit
 
     def need_send(self) -> Callable[[], Any]:
         """``send``; a ``RuntimeError`` outside the enqueue phase."""
-        return self._need(self.send, "send")
+        if self.send is None:
+            raise self._missing("send")
+        return self.send
 
-    def _need(self, value: _T | None, what: str) -> _T:
-        if value is None:
-            raise RuntimeError(f"a policy hook asked for {what}, not set in the {self.phase} phase")
-        return value
+    def _missing(self, what: str) -> RuntimeError:
+        return RuntimeError(f"a policy hook asked for {what}, not set in the {self.phase} phase")
 
 
 class Policy:

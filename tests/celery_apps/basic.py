@@ -595,17 +595,17 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
 
     promotion.republish = faulty_republish
 
-    admit = Parking._admit
+    decide = Parking._decide
 
-    def faulty_admit(self: Any, mode: str, task_id: str, *args: Any, **kwargs: Any) -> Outcome:
-        admission = admit(self, mode, task_id, *args, **kwargs)
+    def faulty_decide(self: Any, mode: str, task_id: str, *args: Any, **kwargs: Any) -> Outcome:
+        admission = decide(self, mode, task_id, *args, **kwargs)
         if admission.verdict is Verdict.PARKED and rec.client.delete(f"{prefix}:fault:after_park"):
             os.kill(os.getpid(), signal.SIGKILL)
         if admission.verdict is Verdict.DUPLICATE:
             rec.client.rpush(f"{prefix}:park-drops", f"{task_id} dup {admission.reason!r}")
         return admission
 
-    Parking._admit = faulty_admit  # type: ignore[method-assign]
+    Parking._decide = faulty_decide  # type: ignore[method-assign]
 
     claim = Parking.claim
 
