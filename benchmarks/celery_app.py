@@ -80,6 +80,13 @@ def sem(x: int, counter: str, n: int) -> None:
     _done(counter, n)
 
 
+@app.task(base=SemaphoreTask, semaphore_key="bench:s:{x}", semaphore_limit=1, name="bench.sem_one")
+def sem_one(x: int, counter: str, n: int) -> None:
+    """A SemaphoreTask under ``park`` (its default) whose every call has a key
+    of its own: what each call pays for the park, nothing contended."""
+    _done(counter, n)
+
+
 def _hang(x: str) -> None:
     conn().set(f"bench:crashpid:{x}", os.getpid())
     time.sleep(600)

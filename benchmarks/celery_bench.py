@@ -29,12 +29,21 @@ ROOT = Path(__file__).resolve().parent.parent
 # A plain task that also makes two bare round trips (PING) to Redis: what any
 # acquire-before / release-after scheme costs at the least, Lua and Python aside.
 CONTROL = "plain Task + 2 PINGs (control)"
+# The per-call part (distinct keys, the caller timed too): each guarded kind
+# beside the plain task that makes the same Redis round trips.  A LockedTask
+# takes and gives back its lock in the worker (2 round trips); a park decides
+# at the call, before the publish (1 more, in the caller).
+CALL_CONTROL_LOCK = "control: plain + 1 PING before and after the body"
+CALL_CONTROL_PARK = "control: plain + 1 PING in the caller + 2 in the worker"
+CALL_LOCKED = "LockedTask, a key per call"
+CALL_PARK = "SemaphoreTask (park), a key per call"
 
 
 @dataclass(frozen=True)
 class CeleryParams:
     runs: int = 5
     tasks: int = 2000
+    calls: int = 1500  # per kind, in the per-call part
     concurrency: int = 2
     heartbeat_leases: int = 100
     heartbeat_ttl: float = 3.0  # renewal every ttl/3 = 1 s
@@ -44,9 +53,11 @@ class CeleryParams:
     peers_crash: bool = True
 
 
-QUICK = CeleryParams(runs=1, tasks=300, heartbeat_window=3.0, crash_give_up=10.0, peer_watch=3.0)
+QUICK = CeleryParams(
+    runs=1, tasks=300, calls=300, heartbeat_window=3.0, crash_give_up=10.0, peer_watch=3.0
+)
 TINY = CeleryParams(
-    runs=1, tasks=20, heartbeat_leases=10, heartbeat_ttl=0.6, heartbeat_window=1.0,
+    runs=1, tasks=20, calls=20, heartbeat_leases=10, heartbeat_ttl=0.6, heartbeat_window=1.0,
     crash_give_up=10.0, peers_crash=False,
 )  # fmt: skip
 
@@ -103,6 +114,67 @@ def _throughput_run(
         "worker_cpu_us": None
         if worker_cpu is None or worker_after is None
         else 1e6 * (worker_after - worker_cpu) / n,
+    }
+
+
+def _calls_run(
+    celery_app: Any, worker: Worker, task: Any, n: int, admin: Any, caller_pings: int,
+    pinger: Any,
+) -> dict[str, float | None]:  # fmt: skip
+    """``n`` calls published while the worker consumes: calls per second from
+    the first send to the last body, so what the caller pays counts too."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    counter = f"bench:done:{queue}"
+    celery_app.control.add_consumer(queue, destination=[worker.name], reply=True, timeout=10)
+    common.reset_stats(admin)
+    redis_cpu = common.server_cpu(admin)
+    first_send = time.time()
+    with celery_app.producer_or_acquire() as producer:
+        for i in range(n):
+            for _ in range(caller_pings):
+                pinger.ping()
+            task.apply_async((i, counter, n), queue=queue, producer=producer)
+    wait(lambda: admin.get(counter + ":last") is not None, 300, f"{n} {task.name} calls")
+    redis_cpu = common.server_cpu(admin) - redis_cpu
+    calls = common.command_calls(admin)
+    celery_app.control.cancel_consumer(queue, destination=[worker.name], reply=True, timeout=10)
+    last = float(admin.get(counter + ":last"))
+    admin.delete(counter, counter + ":first", counter + ":last")
+    return {
+        "calls_per_s": n / max(last - first_send, 1e-9),
+        "server_cmds_per_task": sum(calls.values()) / n,
+        "evalsha_per_task": calls.get("evalsha", 0) / n,
+        "redis_cpu_us": 1e6 * redis_cpu / n,
+    }
+
+
+def per_call(
+    url: str, worker: Worker, params: CeleryParams, admin: Any, bench_app: Any, log: Any
+) -> dict[str, Any]:
+    """Each guarded kind and its control, a key per call, interleaved runs."""
+    celery_app, pinger = bench_app.app, common.client(url)
+    variants = {  # name: (task, PINGs the caller sends before each publish)
+        "plain Task": (bench_app.plain, 0),
+        CALL_CONTROL_LOCK: (bench_app.two_pings, 0),
+        CALL_LOCKED: (bench_app.locked, 0),
+        CALL_CONTROL_PARK: (bench_app.two_pings, 1),
+        CALL_PARK: (bench_app.sem_one, 0),
+    }
+    for task, pings in variants.values():  # warm up
+        _calls_run(celery_app, worker, task, max(20, params.calls // 10), admin, pings, pinger)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for _ in range(params.runs):
+        for name, (task, pings) in variants.items():
+            log(f"  celery: {params.calls} calls of {name}")
+            runs[name].append(
+                _calls_run(celery_app, worker, task, params.calls, admin, pings, pinger)
+            )
+    rows = {name: common.median_of_runs(r) for name, r in runs.items()}
+    return {
+        "rows": rows,
+        "locked_vs_control": rows[CALL_LOCKED]["calls_per_s"]
+        / rows[CALL_CONTROL_LOCK]["calls_per_s"],
+        "park_vs_control": rows[CALL_PARK]["calls_per_s"] / rows[CALL_CONTROL_PARK]["calls_per_s"],
     }
 
 
@@ -275,6 +347,7 @@ def run(url: str, params: CeleryParams, log: Any = print) -> dict[str, Any]:
         for row in throughput.values():
             row["extra_cmds_per_task"] = row["server_cmds_per_task"] - base
         results["throughput"] = throughput
+        results["calls"] = per_call(url, worker, params, admin, bench_app, log)
         log("  celery: SIGKILL of a worker child")
         results["crash"] = crash_cleanup(bench_app.app, params, admin)
     except Exception as exc:

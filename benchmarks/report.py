@@ -254,6 +254,34 @@ def celery_section(r: dict[str, Any]) -> str:
             "machine's cores are shared by all of them, so CPU per task is what sets the "
             "throughput.\n"
         )
+    calls = r.get("calls")
+    if calls:
+        p = r["params"]
+        rows = [
+            [name, _fmt(v["calls_per_s"]), _fmt(v["evalsha_per_task"], 2),
+             _fmt(v["server_cmds_per_task"], 1), _fmt(v.get("redis_cpu_us"), 0)]
+            for name, v in calls["rows"].items()
+        ]  # fmt: skip
+        out.append(
+            f"\n#### Celery: what every call pays, a key per call ({p['calls']} calls per kind, "
+            f"medians of {p['runs']} runs)\n\n"
+            + _table(
+                [
+                    "kind",
+                    "calls/s (first send to last body)",
+                    "EVALSHA / call",
+                    "Redis command calls / call",
+                    "Redis CPU µs / call",
+                ],
+                rows,
+            )
+            + f"\nLockedTask vs its control: {calls['locked_vs_control']:.2f} x; SemaphoreTask "
+            f"under park vs its control: {calls['park_vs_control']:.2f} x.  Each control is a "
+            "plain task that makes the round trips of its kind as bare `PING`s: one before and "
+            "one after the body (a lock's acquire and release), and for the park one more in "
+            "the caller before the publish (the park decides at the call).  Calls are "
+            "published while the worker consumes, so the caller's share counts.\n"
+        )
     hb = r.get("heartbeat")
     if hb:
         out.append(
@@ -355,6 +383,22 @@ def targets_section(results: dict[str, Any]) -> str:
                 overhead = 100 * (1 - v["tasks_per_s"] / base)
                 rows.append([f"Celery {name} overhead <= 10 %", f"{overhead:.1f} %",
                              _met(overhead <= 10)])  # fmt: skip
+    calls = cel.get("calls")
+    if calls:
+        rows.append(
+            [
+                "LockedTask >= 0.95 x its control (a key per call)",
+                f"{calls['locked_vs_control']:.2f} x",
+                _met(calls["locked_vs_control"] >= 0.95),
+            ]
+        )
+        rows.append(
+            [
+                "SemaphoreTask (park) >= 0.9 x its control (a key per call)",
+                f"{calls['park_vs_control']:.2f} x",
+                _met(calls["park_vs_control"] >= 0.9),
+            ]
+        )
     hb = cel.get("heartbeat")
     if hb:
         rows.append(["heartbeat: one batched call per interval per process",

@@ -6,7 +6,7 @@ then serves ``http://<redislock_metrics_host>:<port>/metrics``.  Labels are
 ``task`` (the task name) and ``kind`` (``lock``, ``semaphore``, ``rate``),
 plus ``outcome`` / ``reason`` where named; never the lock key, so an account
 id never becomes a series.  The Redis-side gauges (parked work, overdue
-promotions) are served by ``celery redislock exporter`` (:mod:`.gauges`),
+promotions) are served by ``celery redislock exporter`` (:mod:`celery_redislock.admin.gauges`),
 once for the whole deployment.
 
 ======================================  ==============================================

@@ -158,6 +158,15 @@ def test_celery_part(server: RedisServer) -> None:
     assert throughput["plain Task"]["evalsha_per_task"] < 0.5
     assert throughput[celery_bench.CONTROL]["evalsha_per_task"] < 0.5
     assert throughput["LockedTask"]["evalsha_per_task"] == pytest.approx(2, abs=0.5)
+    calls = result["calls"]["rows"]
+    assert set(calls) == {"plain Task", celery_bench.CALL_CONTROL_LOCK, celery_bench.CALL_LOCKED,
+                          celery_bench.CALL_CONTROL_PARK, celery_bench.CALL_PARK}  # fmt: skip
+    assert all(row["calls_per_s"] > 0 for row in calls.values())
+    # a key per call: a lock's acquire and release; the park's enqueue, claim and release
+    assert calls[celery_bench.CALL_LOCKED]["evalsha_per_task"] == pytest.approx(2, abs=0.5)
+    assert calls[celery_bench.CALL_PARK]["evalsha_per_task"] >= 2.5
+    assert calls[celery_bench.CALL_CONTROL_PARK]["evalsha_per_task"] < 0.5
+    assert "a key per call" in report.celery_section(result)
     hb = result["heartbeat"]
     assert hb["refresh_calls"] >= 1 and hb["lost"] == 0
     assert hb["refresh_calls"] < hb["leases"]  # batched: not one call per lease

@@ -7,7 +7,7 @@
 -- {owner, expiry_ms, info, ...} of unexpired holders and waiters a flat list
 -- {owner, qinfo, ...} of live waiters in arrival order.  The info and qinfo
 -- entries are returned as stored (formats in common.lua; read by
--- leaseset_inspect.parse_inspect); a holder whose info entry is missing (its
+-- holders.parse_inspect); a holder whose info entry is missing (its
 -- info key was deleted) comes with an empty string.
 
 local HOLDERS, INFO, QUEUE, QINFO = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
