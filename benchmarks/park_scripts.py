@@ -43,6 +43,12 @@ def cycle(url: str, limit: int, tasks: int) -> dict[str, float]:
     """Median Redis-measured usec per call of each script over one park cycle."""
     from celery_redislock.core.park import ParkConfig, Parking, Verdict
 
+    try:
+        from celery_redislock.core.capacity import Capacity
+
+        slots: Any = Capacity.semaphore(limit)
+    except ImportError:  # a --baseline from before Capacity: the limit as the scripts take it
+        slots = limit
     client = redis.Redis.from_url(url)
     parking = Parking(client, f"ps-{uuid.uuid4().hex[:8]}", "name")
     envelope = json.dumps({"body": "x" * 1800, "headers": {"id": "task"}})
@@ -56,14 +62,14 @@ def cycle(url: str, limit: int, tasks: int) -> dict[str, float]:
 
     queue = []
     for n in range(tasks):
-        admission = timed("enqueue", parking.enqueue, f"t{n}", limit, envelope, 0, config, "task")
+        admission = timed("enqueue", parking.enqueue, f"t{n}", slots, envelope, 0, config, "task")
         if admission.verdict is Verdict.RESERVED:
             queue.append((f"t{n}", admission.token))
     while queue:
         task_id, token = queue.pop(0)
         owner = f"owner-{task_id}"
-        timed("claim", parking.claim, task_id, str(token), owner, 60, "{}", limit, "task")
-        _, promoted = timed("release", parking.release, owner, limit, config, "task")
+        timed("claim", parking.claim, task_id, str(token), owner, 60, "{}", slots, "task")
+        _, promoted = timed("release", parking.release, owner, slots, config, "task")
         queue += [(p.task_id, p.token) for p in promoted]
     return {phase: float(statistics.median(times[phase])) for phase in PHASES}
 
