@@ -23,6 +23,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -129,7 +130,7 @@ def main() -> int:
     with RedisServer() as server:
         url = server.url
         prefix = f"walk{os.getpid()}"
-        trace = Path(f"/tmp/park-walk-{os.getpid()}.log")
+        trace = Path(tempfile.gettempdir()) / f"park-walk-{os.getpid()}.log"
         env = {**os.environ, "PARK_WALK_REDIS": url, "PARK_WALK_PREFIX": prefix,
                "PARK_WALK_TRACE": str(trace), "PYTHONPATH": str(ROOT)}  # fmt: skip
         app.conf.update(broker_url=url, result_backend=url, redislock_prefix=prefix,

@@ -40,11 +40,8 @@ class Holder:
 
     @property
     def capacity(self) -> Capacity | None:
-        """The kind and slots the entry was stored with (a lock, a semaphore,
-        a rate with no cap), None if unknown."""
-        if not self.limit:
-            return None
-        return Capacity.decoded(-self.limit if self.fixed else self.limit)
+        """The kind and slots the entry was stored with, None if unknown."""
+        return _stored(self.limit, self.fixed)
 
 
 @dataclass(frozen=True)
@@ -61,11 +58,16 @@ class Waiter:
 
     @property
     def capacity(self) -> Capacity | None:
-        """The kind and slots the entry was stored with (a lock, a semaphore,
-        a rate with no cap), None if unknown."""
-        if not self.limit:
-            return None
-        return Capacity.decoded(-self.limit if self.fixed else self.limit)
+        """The kind and slots the entry was stored with, None if unknown."""
+        return _stored(self.limit, self.fixed)
+
+
+def _stored(limit: int | None, fixed: bool) -> Capacity | None:
+    """The capacity of an entry read from Redis (a lock, a semaphore, a rate
+    with no cap): its limit as stored is negative when fixed."""
+    if not limit:
+        return None
+    return Capacity.decoded(-limit if fixed else limit)
 
 
 def parse_inspect(reply: Any) -> tuple[float, list[Holder], list[Waiter]]:
