@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import threading
 import time
@@ -32,6 +33,7 @@ from typing import Any
 import redis
 
 from celery_redislock import FairSemaphore, RedisLock
+from celery_redislock.core import scripts
 from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.core.scripts import LuaScript
 from celery_redislock.testing.servers import RedisServer
@@ -90,12 +92,22 @@ def _git_lua(ref: str, name: str) -> str:
     ).stdout
 
 
+def _assembled_at(ref: str, name: str) -> str:
+    """``name`` as of git ``ref`` with what it includes: ``--- @include
+    "includes/<helper>"`` lines, or (before those) ``--- @include common.lua``."""
+    old_style = re.compile(r"^--- @include (\S+\.lua)$", re.MULTILINE)
+    text = _git_lua(ref, name)
+    if old_style.search(text):
+        parts = [_assembled_at(ref, part) for part in old_style.findall(text)]
+        return "\n".join([*parts, text])
+    return scripts.assembled(name, lambda part: _git_lua(ref, part))
+
+
 def _scripts_at(url: str, ref: str, limit: int, label: str) -> tuple[str, Cycle]:
     """Our acquire/release scripts as of git ``ref``, called as LeaseSet calls them."""
-    common = _git_lua(ref, "common.lua")
     r = redis.Redis.from_url(url)
-    acq = LuaScript("acquire.lua", common + "\n" + _git_lua(ref, "acquire.lua"))
-    rel = LuaScript("release.lua", common + "\n" + _git_lua(ref, "release.lua"))
+    acq = LuaScript("acquire.lua", _assembled_at(ref, "acquire.lua"))
+    rel = LuaScript("release.lua", _assembled_at(ref, "release.lua"))
     keys = [k.encode() for k in LeaseKeys("bench", f"{label}-{uuid.uuid4().hex[:8]}").script_keys()]
     meta = '{"host": "bench", "pid": 1}'
 

@@ -2,8 +2,8 @@
 before its first line of work.
 
 Every call of a script runs its whole text: ``TIME``, the keys and constants,
-and a closure for every helper of the files it includes (pruned to the ones
-it names).  Redis Functions (7.0+) would build a library's helpers once, when
+and a closure for every helper it includes (``lua/includes/``, the ones it
+names).  Redis Functions (7.0+) would build a library's helpers once, when
 it is loaded, so this prologue less ``TIME`` is the most they could save per
 call.  Each shipped script is cut where its own file's code begins, ends with
 ``return 1`` and is called as its callers call it (same number of KEYS and
@@ -28,7 +28,7 @@ from . import common
 SHIPPED = {
     "acquire.lua": (8, 6),
     "release.lua": (8, 2),
-    "park_enqueue.lua": (19, 22),
+    "park_enqueue.lua": (19, 11),
     "park_claim.lua": (19, 8),
     "park_release.lua": (19, 8),
 }
@@ -38,7 +38,7 @@ CONTROLS = {"control: return only": "return 1\n", "control: TIME only": (
 
 
 def prologue(name: str) -> str:
-    """The pruned text of ``name`` up to its own file's first line of code."""
+    """The text Redis runs for ``name`` up to its own file's first line of code."""
     source = getattr(scripts, name.removesuffix(".lua").upper()).source
     own = [line.strip() for line in scripts._read(name).splitlines()]
     first = next(line for line in own if line and not line.startswith("--"))

@@ -2,7 +2,7 @@
 
 The kind is explicit in Python (:class:`Capacity`).  The scripts, and the
 holder, waiter and park entries they store in Redis, carry it as one integer,
-the *encoded* limit, which ``limit_of()`` in ``lua/common.lua`` reads:
+the *encoded* limit, which ``lua/includes/limit_of.lua`` reads:
 
 ======================  ===========  ==========================================
 kind                    encoded      what a run-time override (``limit set``) does

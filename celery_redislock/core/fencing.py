@@ -17,7 +17,8 @@ fence = %s WHERE id = %s AND fence <= %s``)::
         if not report.write(lock.token, render(current)):
             ...                                 # refused: a newer holder took over
 
-Rules (one Lua script, ``lua/fenced_write.lua``, so each call is atomic):
+Rules (one Lua script per call, ``lua/fenced_write.lua`` and ``fenced_claim.lua``, so each
+call is atomic):
 
 * a call with token ``t`` is accepted iff ``t`` is at least the highest token
   the resource has seen, and then raises that mark to ``t``;
@@ -48,7 +49,7 @@ from typing import Any
 
 from .errors import LockError
 from .heartbeat import is_cluster
-from .scripts import FENCED_WRITE
+from .scripts import FENCED_CLAIM, FENCED_WRITE, LuaScript
 
 __all__ = ["Fenced", "FencedResource", "StaleToken"]
 
@@ -112,7 +113,7 @@ class FencedResource:
 
         Not accepted (and nothing changes) if a higher token was seen.
         """
-        return self._call(token, "claim", "")
+        return self._call(FENCED_CLAIM, [_check_token(token)])
 
     def read(self, token: int) -> bytes | None:
         """The current value, read with ``token``; raises :class:`StaleToken`
@@ -130,15 +131,14 @@ class FencedResource:
         """
         if not isinstance(value, (bytes, str, int, float)) or isinstance(value, bool):
             raise TypeError(f"value must be bytes, str, int or float, got {value!r}")
-        return self._call(token, "write", value)
+        return self._call(FENCED_WRITE, [_check_token(token), value])
 
     def fence(self) -> int:
         """The highest token seen so far (0 if none)."""
         return int(self.client.hget(self.key, "fence") or 0)
 
-    def _call(self, token: int, mode: str, value: bytes | str | int | float) -> Fenced:
-        token = _check_token(token)
-        accepted, fence, current = FENCED_WRITE(self.client, self._keys, [token, mode, value])
+    def _call(self, script: LuaScript, args: list[Any]) -> Fenced:
+        accepted, fence, current = script(self.client, self._keys, args)
         if isinstance(current, str):
             current = current.encode("utf-8")
         return Fenced(bool(accepted), int(fence), current)

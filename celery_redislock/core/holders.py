@@ -107,7 +107,7 @@ def _split_entry(entry: str, fields: int) -> tuple[list[str], int, str]:
     """An info/qinfo entry as (its leading fields, limit, meta).
 
     Every entry is ``fields`` numeric fields, the limit, then the meta (which
-    may contain ":"), separated by ":" (see ``lua/common.lua``).  The limit is
+    may contain ":"), separated by ":" (see ``lua/includes/lease_set_keys.lua``).  The limit is
     stored as its caller passed it (negative when fixed) and returned so.
     ValueError if ``entry`` is not one (e.g. empty: the holder's info
     entry is missing).

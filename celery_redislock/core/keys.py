@@ -10,14 +10,14 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:qinfo     HASH  waiting owner -> wait lease, ttl, limit, meta
     <prefix>:{<name>}:wake:<owner>  LIST  hand-off signal for one waiter
     <prefix>:{<name>}:override  HASH  run-time overrides of the limit and rate (override.py)
-    <prefix>:{<name>}:enqueued:<task name>  STR  lock_dedupe marker of one task (dedupe.lua)
+    <prefix>:{<name>}:enqueued:<task name>  STR  lock_dedupe marker of one task (dedupe_claim.lua)
     <prefix>:{<name>}:throttle:<task name>  STR  the window of lock_throttle without
-                                trailing, of one task (dedupe.lua)
-    <prefix>:{<name>}:rate      STR   the rate's theoretical arrival time (rate_common.lua)
+                                trailing, of one task (dedupe_claim.lua)
+    <prefix>:{<name>}:rate      STR   the rate's theoretical arrival time (includes/gcra.lua)
     <prefix>:{<name>}:pause     STR   present while starts of the name are paused
-    <prefix>:{<name>}:started   STR   the schedule of the name's starts (rate_common.lua)
+    <prefix>:{<name>}:started   STR   the schedule of the name's starts (includes/gcra.lua)
     <prefix>:{<name>}:park / :parked / :inflight / :pmeta / :tokens / :msgs
-                                the park of the name (ParkKeys, park_common.lua)
+                                the park of the name (ParkKeys, includes/park_keys.lua)
     <prefix>:{<name>}:state:<task id>  STR  held while a state of that task is
                                 written to the result backend (state_hold.lua)
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
@@ -54,7 +54,7 @@ __all__ = [
 
 DEFAULT_PREFIX = "redislock"
 #: the field of a lease set's info hash that marks its holders superseded
-#: (``SUPERSEDED_FIELD`` in common.lua): ``"<token>|<task id>"``
+#: (``SUPERSEDED_FIELD`` in includes/lease_set_keys.lua): ``"<token>|<task id>"``
 SUPERSEDED_FIELD = ":superseded"
 MAX_NAME_LENGTH = 1024
 
@@ -135,7 +135,7 @@ class LeaseKeys:
         return f"{self.base}:throttle:{task_name}"
 
     def lease_keys(self) -> list[str]:
-        """The seven keys of a lease set, in the order common.lua documents."""
+        """The seven keys of a lease set, in the order includes/lease_set_keys.lua documents."""
         return list(self._lease_keys)
 
     @cached_property
@@ -200,7 +200,7 @@ class ParkKeys(LeaseKeys):
         return f"{self.base}:state:{task_id}"
 
     def park_script_keys(self, cluster: bool) -> list[str]:
-        """KEYS of the park scripts, in the order park_common.lua documents (the
+        """KEYS of the park scripts, in the order includes/park_keys.lua documents (the
         index and the total are in another slot, so left out on a cluster)."""
         return list(self._in_slot if cluster else self._all_park_keys)
 
@@ -254,7 +254,7 @@ def park_index(prefix: str) -> str:
 def held_index(prefix: str) -> str:
     """The index of names that may have a live lease: name -> the latest lease
     expiry granted or renewed (Redis time, ms), kept by the scripts of indexed
-    lease sets (``index_held()``, ``unindex_held()`` in common.lua) on a single
+    lease sets (includes/index_held.lua, includes/unindex_held.lua) on a single
     server."""
     return f"{prefix}:{{held:index}}"
 

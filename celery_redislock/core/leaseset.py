@@ -51,7 +51,7 @@ slot) and those two gauges are not served.
 Guaranteed, acquiring:
 
 * admission is decided inside ``acquire.lua`` (one atomic call): a caller is
-  granted only while THE INVARIANT of ``lua/common.lua`` allows it and no
+  granted only while THE INVARIANT of ``lua/includes/lease_set_keys.lua`` allows it and no
   live waiter queued before it still waits, so newcomers never barge past
   the queue;
 * a blocking acquire that is not granted has joined the queue in that same
@@ -72,7 +72,7 @@ Guaranteed, releasing and renewing:
 
 * a release is one ``release.lua`` call, which hands the freed slot directly
   to the first live waiter(s), each admitted by its own limit, in arrival
-  order (see ``lua/common.lua``): the waiter becomes the holder inside that
+  order (see ``lua/includes/lease_set_keys.lua``): the waiter becomes the holder inside that
   call, so no newcomer can take the slot in between;
 * after ``release()`` / ``release_through()`` the instance holds nothing,
   whether or not the lease was still held in Redis (``LockLost`` says it was

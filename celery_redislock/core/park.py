@@ -27,6 +27,7 @@ is scored by the earliest due time so a sweeper can sleep until then
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -46,13 +47,16 @@ from .park_types import (
 )
 from .rate import NO_RATE, Rate, RateTerms
 from .scripts import (
+    PARK_ARRIVE,
     PARK_CLAIM,
     PARK_DROP,
     PARK_DUE,
     PARK_ENQUEUE,
+    PARK_HEAD,
     PARK_INSPECT,
     PARK_PROMOTE,
     PARK_RELEASE,
+    PARK_TRY,
     PARK_WAKE,
     PARK_WHERE,
     STATE_FREE,
@@ -94,6 +98,27 @@ def _encoded(capacity: Capacity | None) -> int:
     """The caller's capacity as the scripts take it; 0: not known (the
     sweeper), so every parked entry is admitted by the limit it was parked with."""
     return capacity.encoded if capacity is not None else 0
+
+
+@functools.lru_cache(maxsize=64)
+def _park_options(config: ParkConfig, cluster: bool) -> str:
+    """``config``'s options of a call that parks as one JSON argument
+    (``park_call.lua``), only those set; "" for none (the script decodes nothing)."""
+    if config.max_total and cluster:
+        raise ValueError(
+            "redislock_park_max_total needs a single Redis server: on a cluster the "
+            "total over all names spans slots (use redislock_park_max per name)"
+        )
+    options = {
+        "keep_latest": config.keep_latest,
+        "max_parked": config.max_parked,
+        "max_total": config.max_total,
+        "debounce_ms": _ms(config.debounce) if config.debounce > 0 else 0,
+        "debounce_max_ms": _ms(config.debounce_max) if config.debounce_max > 0 else 0,
+        "supersede": config.supersede,
+    }
+    chosen = {name: value for name, value in options.items() if value}
+    return json.dumps(chosen, separators=(",", ":")) if chosen else ""
 
 
 def _field(value: str) -> str:
@@ -141,43 +166,58 @@ class Parking:
         self, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
         config: ParkConfig, task_name: str = "", rate: RateTerms = NO_RATE,
     ) -> Outcome:  # fmt: skip
-        """At publish: RESERVED (publish with the token; the slot and the rate's
-        units are taken), PARKED (no slot, or the rate or a pause does not
-        admit it now), DUPLICATE or BOUNDED / BOUNDED_TOTAL (nothing stored)."""
-        return self._decide("enqueue", task_id, capacity, envelope, expires_in, config,
-                           task_name=task_name, rate=rate)  # fmt: skip
+        """At publish (``park_enqueue.lua``): RESERVED (publish with the token;
+        the slot and the rate's units are taken), PARKED (no slot, or the rate
+        or a pause does not admit it now), DUPLICATE or BOUNDED / BOUNDED_TOTAL
+        (nothing stored)."""
+        reply = self._call(
+            PARK_ENQUEUE,
+            [task_id, capacity.encoded, envelope, _ms(expires_in) if expires_in > 0 else 0,
+             _ms(config.deadline), _field(task_name), *rate.script_args(),
+             _park_options(config, self.cluster)],
+        )  # fmt: skip
+        return Outcome.of(reply)
 
     def arrive(
         self, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
         config: ParkConfig, owner: str, ttl: float, meta: str, task_name: str = "",
         rate: RateTerms = NO_RATE,
     ) -> Outcome:  # fmt: skip
-        """A message without a reservation reached a worker: HELD (``owner``
-        holds the slot for ``ttl``), PARKED, DUPLICATE or BOUNDED*."""
-        return self._decide("arrive", task_id, capacity, envelope, expires_in, config,
-                           owner, ttl, meta, task_name, rate)  # fmt: skip
+        """A message without a reservation reached a worker (``park_arrive.lua``):
+        HELD (``owner`` holds the slot for ``ttl``), PARKED, DUPLICATE or BOUNDED*."""
+        reply = self._call(
+            PARK_ARRIVE,
+            [task_id, capacity.encoded, envelope, _ms(expires_in) if expires_in > 0 else 0, owner,
+             _ms(ttl), meta, _field(task_name), *rate.script_args(),
+             _park_options(config, self.cluster)],
+        )  # fmt: skip
+        return Outcome.of(reply)
 
     def try_hold(
-        self, task_id: str, capacity: Capacity, owner: str, ttl: float, meta: str, task_name: str,
-        rate: RateTerms,
-    ) -> Outcome:  # fmt: skip
-        """A run of a policy that does not park: HELD (the slot and the rate's
-        units, together), FULL (no slot) or RATE (admitted in ``wait`` seconds);
-        nothing is taken unless HELD."""
-        return self._decide("try", task_id, capacity, "", 0.0, ParkConfig(), owner, ttl, meta,
-                           task_name, rate)  # fmt: skip
+        self, capacity: Capacity, owner: str, ttl: float, meta: str, rate: RateTerms
+    ) -> Outcome:
+        """A run of a policy that does not park (``park_try.lua``): HELD (the
+        slot and the rate's units, together), FULL (no slot) or RATE (admitted
+        in ``wait`` seconds); nothing is taken unless HELD."""
+        reply = self._call(PARK_TRY, [capacity.encoded, owner, _ms(ttl), meta, *rate.script_args()])
+        return Outcome.of(reply)
 
     def park_at_head(
         self, task_id: str, capacity: Capacity, envelope: str, expires_in: float, pause: float,
         task_name: str, rate: RateTerms, token: str = "",
     ) -> Outcome:  # fmt: skip
         """A running task puts itself back ahead of all parked work of the name
-        and pauses the name for ``pause`` seconds (a pause only lengthens):
-        PARKED, with ``wait`` the pause left.  ``token``: the promotion token the
-        run was claimed with, if any; it becomes stale, so a copy of the run's
-        message (redelivered after a crash) never runs: the park has the task."""
-        return self._decide("head", task_id, capacity, envelope, expires_in, ParkConfig(),
-                           task_name=task_name, rate=rate, pause=pause, token=token)  # fmt: skip
+        and pauses the name for ``pause`` seconds (a pause only lengthens;
+        ``park_head.lua``): PARKED, with ``wait`` the pause left.  ``token``: the
+        promotion token the run was claimed with, if any; it becomes stale, so a
+        copy of the run's message (redelivered after a crash) never runs: the
+        park has the task."""
+        reply = self._call(
+            PARK_HEAD,
+            [task_id, capacity.encoded, envelope, _ms(expires_in) if expires_in > 0 else 0,
+             _field(task_name), *rate.script_args(), _ms(pause) if pause > 0 else 0, token],
+        )  # fmt: skip
+        return Outcome.of(reply)
 
     def where(self, task_id: str, token: str = "") -> tuple[str, str]:
         """Where ``task_id`` is: ``"parked"``, ``"inflight"`` (promoted, its
@@ -187,28 +227,6 @@ class Parking:
         keys = [self.keys.parked, self.keys.inflight, self.keys.tokens]
         where, fate = PARK_WHERE(self.client, keys, [task_id, token])
         return text(where), text(fate)
-
-    def _decide(
-        self, mode: str, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
-        config: ParkConfig, owner: str = "", ttl: float = 0.0, meta: str = "",
-        task_name: str = "", rate: RateTerms = NO_RATE, pause: float = 0.0, token: str = "",
-    ) -> Outcome:  # fmt: skip
-        if config.max_total and self.cluster:
-            raise ValueError(
-                "redislock_park_max_total needs a single Redis server: on a cluster the "
-                "total over all names spans slots (use redislock_park_max per name)"
-            )
-        reply = self._call(
-            PARK_ENQUEUE,
-            [mode, task_id, capacity.encoded, envelope, _ms(expires_in) if expires_in > 0 else 0,
-             _ms(config.deadline), config.max_parked, owner, _ms(ttl) if ttl else 0, meta,
-             config.max_total, _field(task_name), *rate.script_args(),
-             _ms(pause) if pause > 0 else 0, token, "1" if config.keep_latest else "",
-             _ms(config.debounce) if config.debounce > 0 else 0,
-             _ms(config.debounce_max) if config.debounce_max > 0 else 0,
-             "1" if config.supersede else ""],
-        )  # fmt: skip
-        return Outcome.of(reply)
 
     def claim(
         self, task_id: str, token: str, owner: str, ttl: float, meta: str, capacity: Capacity,

@@ -51,7 +51,7 @@ class Verdict(enum.Enum):
 
     #: the slot is the caller's lease (``token``: fencing token); ``wait``: seconds
     #: its body waits before it starts, so starts keep the key's rate (see
-    #: ``start_delay()`` in rate_common.lua; milliseconds, at most 0.25 s)
+    #: ``start_delay()`` in includes/start_delay.lua; milliseconds, at most 0.25 s)
     HELD = "held"
     RESERVED = "reserved"  #: a slot is reserved; publish with ``token``
     PARKED = "parked"  #: stored in the park (``count``: parked now; 0 at claim;
@@ -78,7 +78,7 @@ class Outcome:
     def of(cls, reply: Sequence[Any]) -> Outcome:
         verdict, value = Verdict(text(reply[0])), reply[1]
         if verdict is Verdict.HELD:
-            return cls(verdict, token=int(value), wait=int(reply[3]) / 1_000_000)
+            return cls(verdict, token=int(value), wait=int(reply[2]) / 1_000_000)
         if verdict is Verdict.RESERVED:
             return cls(verdict, token=int(value))
         if verdict in (Verdict.DUPLICATE, Verdict.DROP):

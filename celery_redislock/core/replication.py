@@ -27,7 +27,7 @@ from .scripts import TOUCH_FENCE
 
 __all__ = ["FENCE_MEMORY_MS", "acknowledged_by"]
 
-FENCE_MEMORY_MS = 600_000  # as common.lua
+FENCE_MEMORY_MS = 600_000  # as includes/next_token.lua
 
 
 def acknowledged_by(client: Any, fence_key: str, replicas: int, timeout_ms: int) -> int:

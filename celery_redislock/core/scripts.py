@@ -1,13 +1,15 @@
 """The Lua scripts, loaded from ``lua/*.lua`` and run with EVALSHA.
 
-Like BullMQ's commands, each operation is one named script file; a script
-declares the shared helpers it uses with ``--- @include <file>.lua`` lines,
-and the loader prepends them (recursively, each once, includes first):
-``common.lua`` (the lease-set keys, the invariant, fencing, promotion) for
-``acquire``, ``release`` and ``park_common.lua``, which the park scripts
-include.  Each assembled script is then pruned (:func:`pruned`: no comments,
-no helper it never names).  This module is the only place that reads a
-``.lua`` file.
+As BullMQ's commands: each operation is one script file, whose header lists
+its KEYS and ARGV, and each helper it shares with other scripts is one file
+``lua/includes/<helper>.lua`` defining one function of that name (or, for
+``lease_set_keys``, ``park_keys``, ``now`` and ``inflight_first``, the
+names every helper of a lease set or a park reads).  A file declares each
+include it names itself with a ``--- @include "includes/<helper>"`` line;
+the loader prepends them (recursively, each once, every file after what it
+includes) and drops comment and blank lines.  So a script runs exactly what
+it names, and a reader of one operation reads its file and the helpers it
+lists.  This module is the only place that reads a ``.lua`` file.
 Every operation on shared state is exactly one of these scripts, so it is
 atomic and costs one round trip.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -27,17 +29,22 @@ from .acl import explain
 
 __all__ = [
     "ACQUIRE",
-    "DEDUPE",
+    "DEDUPE_CLAIM",
+    "DEDUPE_CLEAR",
+    "FENCED_CLAIM",
     "FENCED_WRITE",
     "INSPECT",
     "OVERRIDE",
+    "PARK_ARRIVE",
     "PARK_CLAIM",
     "PARK_DROP",
     "PARK_DUE",
     "PARK_ENQUEUE",
+    "PARK_HEAD",
     "PARK_INSPECT",
     "PARK_PROMOTE",
     "PARK_RELEASE",
+    "PARK_TRY",
     "PARK_WAKE",
     "PARK_WHERE",
     "RATE_ACQUIRE",
@@ -92,12 +99,14 @@ class LuaScript:
         client.script_load(self.source)
 
 
-_INCLUDE = re.compile(r"^--- @include (\S+\.lua)$", re.MULTILINE)
+_INCLUDE = re.compile(r'^--- @include "([\w/]+)"$', re.MULTILINE)
+_COMMENT_OR_BLANK = re.compile(r"^\s*(--.*)?\n", re.MULTILINE)
 
 
-def includes(name: str) -> list[str]:
-    """The files ``name`` declares with ``--- @include``, resolved recursively:
-    each once, every file after the ones it includes, ``name`` last."""
+def includes(name: str, read: Callable[[str], str] = _read) -> list[str]:
+    """The files ``name`` declares with ``--- @include "includes/<helper>"``,
+    resolved recursively: each once, every file after the ones it includes,
+    ``name`` last."""
     order: list[str] = []
 
     def visit(part: str, path: tuple[str, ...]) -> None:
@@ -105,67 +114,23 @@ def includes(name: str) -> list[str]:
             raise ValueError(f"Lua include cycle: {' -> '.join((*path, part))}")
         if part in order:
             return
-        for child in _INCLUDE.findall(_read(part)):
-            visit(child, (*path, part))
+        for child in _INCLUDE.findall(read(part)):
+            visit(f"{child}.lua", (*path, part))
         order.append(part)
 
     visit(name, ())
     return order
 
 
+def assembled(name: str, read: Callable[[str], str] = _read) -> str:
+    """The text Redis runs for ``name``: the files it includes, then its own,
+    without comment lines and blank lines (what the files say is for their
+    reader, not for Redis)."""
+    return _COMMENT_OR_BLANK.sub("", "\n".join(read(part) for part in includes(name, read)) + "\n")
+
+
 def _script(name: str) -> LuaScript:
-    """The script ``name`` with the files it includes prepended, pruned."""
-    return LuaScript(name, pruned("\n".join(_read(part) for part in includes(name))))
-
-
-_WHOLE_LINE_COMMENT = re.compile(r"^\s*--.*$", re.MULTILINE)
-_TRAILING_COMMENT = re.compile(r"(?<=\S)\s+--[^'\"\n]*$", re.MULTILINE)
-_DEFINITION = re.compile(r"^local function (\w+)\(")
-_ONE_LINER = re.compile(r"\bend\s*$")
-
-
-def pruned(source: str) -> str:
-    """``source`` without comments and without the top-level ``local
-    function`` s nothing else in it refers to (repeated until every one left
-    is used).  Lua makes a closure of each such function on every call of the
-    script, so the helpers an included file defines for other scripts cost
-    each call (about 0.1-0.3 us apiece on a 2-core VM): ``park_claim.lua``
-    does not need the queue hand-off of ``common.lua``.  Only whole functions
-    that are never named go, so what runs is what was written.  A trailing
-    comment with a quote in it is kept (it could be inside a string)."""
-    lines = _TRAILING_COMMENT.sub("", _WHOLE_LINE_COMMENT.sub("", source)).split("\n")
-    while True:
-        for name, first, last in _functions(lines):
-            rest = "\n".join(lines[:first] + lines[last + 1 :])
-            if not re.search(rf"(?<![\w.]){name}\b", rest):
-                lines = lines[:first] + lines[last + 1 :]
-                break
-        else:
-            return "\n".join(line for line in lines if line.strip()) + "\n"
-
-
-def _functions(lines: list[str]) -> list[tuple[str, int, int]]:
-    """Top-level ``local function`` definitions: (name, first line, last line);
-    a multi-line one ends at the first ``end`` in the first column."""
-    found: list[tuple[str, int, int]] = []
-    i = 0
-    while i < len(lines):
-        match = _DEFINITION.match(lines[i])
-        if match is None:
-            i += 1
-            continue
-        last = i
-        if not _ONE_LINER.search(lines[i]):
-            ends = [k for k in range(i + 1, len(lines)) if lines[k] == "end"]
-            last = ends[0] if ends else len(lines)
-            body = lines[i + 1 : last]
-            if last == len(lines) or any(_DEFINITION.match(line) for line in body):
-                # Pruning relies on this layout; a script it cannot read fails at import.
-                raise ValueError(f"Lua function {match.group(1)}: no 'end' in the first "
-                                 "column before the next top-level function")  # fmt: skip
-        found.append((match.group(1), i, last))
-        i = last + 1
-    return found
+    return LuaScript(name, assembled(name))
 
 
 ACQUIRE = _script("acquire.lua")
@@ -174,9 +139,14 @@ INSPECT = _script("inspect.lua")
 REFRESH = _script("refresh.lua")
 REFRESH_PREFIX = _script("refresh_prefix.lua")
 TOUCH_FENCE = _script("touch_fence.lua")
-DEDUPE = _script("dedupe.lua")
+DEDUPE_CLAIM = _script("dedupe_claim.lua")
+DEDUPE_CLEAR = _script("dedupe_clear.lua")
 FENCED_WRITE = _script("fenced_write.lua")
+FENCED_CLAIM = _script("fenced_claim.lua")
 PARK_ENQUEUE = _script("park_enqueue.lua")
+PARK_ARRIVE = _script("park_arrive.lua")
+PARK_TRY = _script("park_try.lua")
+PARK_HEAD = _script("park_head.lua")
 PARK_CLAIM = _script("park_claim.lua")
 PARK_PROMOTE = _script("park_promote.lua")
 PARK_RELEASE = _script("park_release.lua")

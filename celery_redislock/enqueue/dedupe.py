@@ -5,7 +5,7 @@ the message that claimed it.  It is per task name: two tasks whose keys give
 the same name (``send_invoice`` and ``send_receipt``, both ``"{a}:{b}"``)
 never take each other's call for a duplicate, as in celery-once and
 celery-singleton, whose keys hold the task name too.  (Their run-time lock
-is shared: one name, one lock.)  It is claimed in ``apply_async`` (one ``dedupe.lua`` call)
+is shared: one name, one lock.)  It is claimed in ``apply_async`` (one ``dedupe_claim.lua`` call)
 and the message carries the header ``redislock_dedupe`` saying so; retries and
 requeues of the same task id keep it; it is cleared (only by that task id)
 when the task finishes, is skipped, fails, is revoked or expires before
@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from .. import signals
 from ..core.keys import LeaseKeys
-from ..core.scripts import DEDUPE, text
+from ..core.scripts import DEDUPE_CLAIM, DEDUPE_CLEAR, text
 from ..settings import client_for
 from .options import HEADER_DEDUPE as HEADER
 from .options import header
@@ -76,13 +76,13 @@ def claim(
     """Claim the marker of ``task_name`` for ``task_id``: None if claimed, else
     the holder's task id."""
     key = marker_key(prefix, name, task_name)
-    ok, holder = DEDUPE(client, [key], ["claim", task_id, int(ttl * 1000)])
+    ok, holder = DEDUPE_CLAIM(client, [key], [task_id, int(ttl * 1000)])
     return None if int(ok) else text(holder)
 
 
 def clear(client: Any, prefix: str, name: str, task_name: str, task_id: str) -> bool:
     """Delete the marker of ``task_name`` if ``task_id`` holds it."""
-    return bool(DEDUPE(client, [marker_key(prefix, name, task_name)], ["clear", task_id, 0]))
+    return bool(DEDUPE_CLEAR(client, [marker_key(prefix, name, task_name)], [task_id]))
 
 
 def claim_for_call(task: Any, name: str, task_id: str, options: Mapping[str, Any]) -> str | None:
@@ -114,7 +114,7 @@ def claim_window(task: Any, name: str, task_id: str) -> str | None:
     opened the window, after a log line and ``lock_contended(policy="throttle")``."""
     client, settings = client_for(task.app)
     key = LeaseKeys(settings.prefix, name).throttle_marker(task.name)
-    ok, holder = DEDUPE(client, [key], ["claim", task_id, int(task.lock_throttle * 1000)])
+    ok, holder = DEDUPE_CLAIM(client, [key], [task_id, int(task.lock_throttle * 1000)])
     if int(ok):
         return None
     log.info(

@@ -193,9 +193,8 @@ def take(ctx: Context, blocking: bool) -> bool:
     while True:
         owner, sent_at = new_owner(lease_set.owner_prefix), time.monotonic()
         admission = parking.try_hold(
-            ctx.task_id, lease_set.capacity, owner, lease_set.ttl, lease_set.holder_meta(),
-            ctx.task.name, ctx.rate,
-        )  # fmt: skip
+            lease_set.capacity, owner, lease_set.ttl, lease_set.holder_meta(), ctx.rate
+        )
         if admission.verdict is Verdict.HELD:
             ctx.rate_wait = None
             held = lease_set.adopt(owner, admission.token, sent_at)

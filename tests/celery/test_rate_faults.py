@@ -289,7 +289,7 @@ def test_the_sweeper_does_not_spin_on_a_name_due_now_that_it_cannot_promote(
     redis_url: str, own_redis: RedisServer, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A name whose head waits for a holder of a lower limit is due *now* in the
-    index after every promotion that publishes nothing (park_common.lua,
+    index after every promotion that publishes nothing (includes/park_keys.lua,
     next_due() counts holders against the stored limit).  The sweeper looks at
     it again only after an interval (Sweeper._next_wait): an idle worker's lock
     Redis (a private one, so only the worker and this test talk to it) runs a

@@ -563,7 +563,7 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
       head of its park, and the run has not released its lease yet.
 
     Copies that arrive and are dropped (``park_claim.lua`` said "drop", or
-    ``park_enqueue.lua`` found the id already parked) are appended to
+    a park script found the id already parked) are appended to
     ``<prefix>:park-drops`` as "<task id> <token> <reason>".
     """
     import threading
@@ -595,17 +595,25 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
 
     promotion.republish = faulty_republish
 
-    decide = Parking._decide
+    def faulty(method: Any) -> Any:
+        """``method`` (a park decision: enqueue, arrive, park at head) with the
+        fault ``after_park`` and the record of duplicates."""
 
-    def faulty_decide(self: Any, mode: str, task_id: str, *args: Any, **kwargs: Any) -> Outcome:
-        admission = decide(self, mode, task_id, *args, **kwargs)
-        if admission.verdict is Verdict.PARKED and rec.client.delete(f"{prefix}:fault:after_park"):
-            os.kill(os.getpid(), signal.SIGKILL)
-        if admission.verdict is Verdict.DUPLICATE:
-            rec.client.rpush(f"{prefix}:park-drops", f"{task_id} dup {admission.reason!r}")
-        return admission
+        def decide(self: Any, task_id: str, *args: Any, **kwargs: Any) -> Outcome:
+            admission: Outcome = method(self, task_id, *args, **kwargs)
+            if admission.verdict is Verdict.PARKED and rec.client.delete(
+                f"{prefix}:fault:after_park"
+            ):
+                os.kill(os.getpid(), signal.SIGKILL)
+            if admission.verdict is Verdict.DUPLICATE:
+                rec.client.rpush(f"{prefix}:park-drops", f"{task_id} dup {admission.reason!r}")
+            return admission
 
-    Parking._decide = faulty_decide  # type: ignore[method-assign]
+        return decide
+
+    Parking.enqueue = faulty(Parking.enqueue)  # type: ignore[method-assign]
+    Parking.arrive = faulty(Parking.arrive)  # type: ignore[method-assign]
+    Parking.park_at_head = faulty(Parking.park_at_head)  # type: ignore[method-assign]
 
     claim = Parking.claim
 

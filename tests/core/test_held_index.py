@@ -1,5 +1,5 @@
 """The index of held names (core/keys.py ``held_index``, ``index_held()`` in
-common.lua): what the exporter's slot gauges read instead of the keyspace.
+includes/lease_set_keys.lua): what the exporter's slot gauges read instead of the keyspace.
 
 Every grant and renewal of an indexed lease set lists its name until that
 lease's expiry; a name whose leases have all ended leaves when another name

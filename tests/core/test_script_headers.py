@@ -5,7 +5,7 @@ Each script is called the way the package calls it (a lock, a semaphore with
 a waiter, renewal, inspection, dedupe markers, fencing, a park's whole
 life, the sweeper's index read, process statements), with every call
 recorded; the counts are then compared with the header of the script's own
-file (``KEYS[n]`` / ``ARGV[n]`` lines, or "the seven keys of common.lua").
+file (``KEYS[n]`` / ``ARGV[n]`` lines, or "the seven keys of includes/lease_set_keys.lua").
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from celery_redislock.core.heartbeat import HEARTBEAT
 from celery_redislock.core.inspection import inspect_names
 from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.core.park import ParkConfig, Parking, due_names, wake
+from celery_redislock.core.rate import NO_RATE
 from celery_redislock.core.replication import acknowledged_by
 from celery_redislock.enqueue import dedupe
 from tests.waiting import wait_for
@@ -39,12 +40,12 @@ def declared(name: str) -> tuple[set[int] | None, set[int] | None]:
     """(key counts, arg counts) the header of ``name`` allows; None: any."""
     header = LUA.joinpath(name).read_text().split("\n\n", 1)[0]
     keys: set[int] | None
-    shared = re.search(r"^-- KEYS: the (\w+) keys of (\w+\.lua)", header, re.MULTILINE)
+    shared = re.search(r"^-- KEYS: the (\w+) keys of ([\w/]+\.lua)", header, re.MULTILINE)
     if shared:
         count = NUMBERS[shared.group(1)]
         # The park scripts leave the two indexes and the total out on a cluster;
         # "and KEYS[n] ... (optional": the lease set's index of held names.
-        keys = {count, count - 3} if shared.group(2) == "park_common.lua" else {count}
+        keys = {count, count - 3} if shared.group(2) == "includes/park_keys.lua" else {count}
         if re.search(r"and KEYS\[\d+\] \w+ \(optional", header):
             keys.add(count + 1)
     elif re.search(r"^-- KEYS: for lease i", header, re.MULTILINE):
@@ -90,6 +91,7 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     assert lock.refresh()
     inspect_names(redis_client, prefix, [name])
     assert FencedResource(redis_client, f"{prefix}:res:{name}").write(lock.token, "v")
+    assert FencedResource(redis_client, f"{prefix}:res:{name}").read(lock.token) == b"v"
     acknowledged_by(redis_client, LeaseKeys(prefix, name).fence, 0, 10)
     # acknowledged_by sends touch_fence.lua as a plain EVAL of 1 key, 1 arg.
     assert declared("touch_fence.lua") == ({1}, {1})
@@ -137,6 +139,10 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     assert park.hold_state("t3", "w2", "inflight", 5) == -1  # not in flight: do not write
     assert park.hold_state("t3", "w2", "", 5) == 1  # a final state: always
     park.free_state("t3", "w2")
+    kept = ParkConfig(deadline=5, keep_latest=True, debounce=0.5, supersede=True)
+    park.arrive("t4", Capacity.semaphore(1), "{}", 0, kept, "owner.4", 5, "{}", "task")
+    assert park.try_hold(Capacity.semaphore(1), "owner.5", 5, "{}", NO_RATE).verdict.value == "full"
+    assert park.park_at_head("t5", Capacity.semaphore(1), "{}", 0, 0.1, "task", NO_RATE).count
     park.status(count=10)
     park.drop("t2")
     assert park.where("t2", "1") == ("", "")
@@ -153,7 +159,7 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     assert not overrides.clear()
 
     called = {script for script, _, _ in calls}
-    lua_files = {p.name for p in LUA.glob("*.lua") if not p.name.endswith("common.lua")}
+    lua_files = {p.name for p in LUA.glob("*.lua")}
     lua_files -= {"touch_fence.lua"}
     if liveness.process_space() is None:
         lua_files -= {"live_register.lua", "live_list.lua", "live_forget.lua"}

@@ -140,8 +140,10 @@ def user(server: RedisServer, name: str, rules: list[str]) -> redis.Redis:
 
 def test_documented_commands_are_exactly_what_the_scripts_call() -> None:
     called: set[str] = set()
-    for lua in resources.files("celery_redislock.core").joinpath("lua").iterdir():
-        called |= {c.lower() for c in re.findall(r"redis\.call\('(\w+)'", lua.read_text())}
+    scripts = resources.files("celery_redislock.core").joinpath("lua")
+    for lua in [*scripts.iterdir(), *scripts.joinpath("includes").iterdir()]:
+        if lua.name.endswith(".lua"):
+            called |= {c.lower() for c in re.findall(r"redis\.call\('(\w+)'", lua.read_text())}
     assert called == set(SCRIPT_COMMANDS)
     assert {"evalsha", "script|load", "blpop"} <= set(CLIENT_COMMANDS)
 

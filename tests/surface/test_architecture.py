@@ -91,67 +91,61 @@ def test_no_import_cycles(package: str) -> None:
 LUA = ROOT / "celery_redislock" / "core" / "lua"
 
 
-def test_every_lua_script_declares_the_helpers_it_calls() -> None:
-    """A script that calls a helper of a shared file includes that file
-    (``--- @include``, directly or through another include), and the loader
-    builds each script from exactly what it declares, includes first."""
-    import re
+#: include files that declare keys, the time or per-call state, not a helper function
+DECLARATIONS = {"lease_set_keys", "park_keys", "now", "inflight_first"}
+_TOP_LOCALS = re.compile(r"^local ([\w, ]+?)(?: =|$)", re.MULTILINE)
 
+
+def _code(text: str) -> str:
+    """Lua without comments and string literals (names in them are not uses)."""
+    strings = re.compile(r"'[^']*'|\"[^\"]*\"")
+    return "\n".join(re.sub(r"--.*$", "", strings.sub("''", line)) for line in text.splitlines())
+
+
+def _top_level_names(code: str) -> set[str]:
+    return {name.strip() for line in _TOP_LOCALS.findall(code) for name in line.split(",")}
+
+
+def test_every_lua_file_declares_the_helpers_it_names() -> None:
+    """BullMQ's layout: one helper per include file, named like its function
+    (``includes/<helper>.lua``), and every file (script or include) declares
+    with ``--- @include "includes/<helper>"`` each include whose function or
+    top-level names it uses itself, and none it does not use.  The loader
+    builds a script from exactly what it declares, includes first, without
+    comments."""
     from celery_redislock.core import scripts
 
-    defined = {
-        path.name: set(re.findall(r"^local function (\w+)", path.read_text(), re.MULTILINE))
-        for path in LUA.glob("*.lua")
-    }
-    shared = {name: funcs for name, funcs in defined.items() if funcs}
+    defines: dict[str, str] = {}  # a top-level name -> the include that defines it
+    for path in sorted((LUA / "includes").glob("*.lua")):
+        code = _code(path.read_text())
+        functions = re.findall(r"^local function (\w+)\(", code, re.MULTILINE)
+        if path.stem in DECLARATIONS:
+            assert not functions, f"{path.name} declares names, it defines no helper"
+        else:
+            assert functions == [path.stem], f"{path.name}: one helper, named like its file"
+        defines.update(dict.fromkeys([*_top_level_names(code), *functions], path.stem))
     checked = 0
-    for path in sorted(LUA.glob("*.lua")):
-        resolved = scripts.includes(path.name)
-        assert resolved[-1] == path.name
-        source = path.read_text()
-        for other, funcs in shared.items():
-            if other == path.name:
-                continue
-            called = {f for f in funcs if re.search(rf"(?<![\w.]){f}\(", source)}
-            if called:
-                checked += 1
-                assert other in resolved, f"{path.name} calls {sorted(called)} of {other}"
-    assert checked >= 8
-    script = scripts.PARK_CLAIM
-    assert script.source == scripts.pruned("\n".join(
-        (LUA / part).read_text()
-        for part in ["common.lua", "rate_common.lua", "park_common.lua", "park_claim.lua"]
-    ))  # fmt: skip
-
-
-def test_pruning_drops_only_functions_nothing_names() -> None:
-    """``scripts.pruned`` removes comments and the top-level functions no code
-    refers to (also after removing others), and keeps every function a kept
-    line names: each script defines what it calls."""
-    import re
-
-    from celery_redislock.core import scripts
-
-    source = (
-        "-- header\n"
-        "local function used(a) return a end\n"
-        "local function helper(b)\n  return b -- why\nend\n"
-        "local function only_by_unused()\n  return helper(1)\nend\n"
-        "local function unused()\n  return only_by_unused()\nend\n"
-        "local s = 'a -- b'  -- kept: a quote\n"
-        "return used(2)\n"
-    )
-    out = scripts.pruned(source)
-    assert "local function used" in out and "return used(2)" in out
-    assert "unused" not in out and "only_by_unused" not in out and "helper" not in out
-    assert "-- header" not in out and "-- why" not in out and "'a -- b'" in out
-    with pytest.raises(ValueError, match="no 'end' in the first column"):
-        scripts.pruned("local function a()\n  return 1\n  end\nlocal function b()\nend\n")
-    for script in (scripts.ACQUIRE, scripts.RELEASE, scripts.PARK_CLAIM, scripts.PARK_RELEASE):
-        defined = set(re.findall(r"^local function (\w+)\(", script.source, re.MULTILINE))
-        full = "\n".join((LUA / part).read_text() for part in scripts.includes(script.name))
-        for name in set(re.findall(r"^local function (\w+)\(", full, re.MULTILINE)) - defined:
-            assert not re.search(rf"(?<![\w.]){name}\(", script.source), (script.name, name)
+    for path in sorted([*LUA.glob("*.lua"), *(LUA / "includes").glob("*.lua")]):
+        text = path.read_text()
+        declared = set(re.findall(r'^--- @include "includes/(\w+)"$', text, re.MULTILINE))
+        code = _code(text)
+        own = path.stem if path.parent.name == "includes" else None
+        its_own = _top_level_names(code) if own is None else set()  # a standalone script's
+        used = {
+            include for name, include in defines.items()
+            if include != own and name not in its_own
+            and re.search(rf"(?<![\w.]){re.escape(name)}\b", code)
+        }  # fmt: skip
+        assert declared == used, f"{path.name}: declares {sorted(declared)}, uses {sorted(used)}"
+        checked += bool(used)
+    assert checked >= 40
+    order = scripts.includes("park_release.lua")
+    assert order[-1] == "park_release.lua"
+    assert order.index("includes/lease_set_keys.lua") < order.index("includes/park_keys.lua")
+    assert order.index("includes/hand_off.lua") < order.index("includes/release_owner.lua")
+    assert scripts.PARK_RELEASE.source == scripts.assembled("park_release.lua")
+    assert not [line for line in scripts.PARK_RELEASE.source.splitlines()
+                if not line.strip() or line.strip().startswith("--")]  # fmt: skip
 
 
 #: the Celery layer's packages by phase, and the modules every phase shares

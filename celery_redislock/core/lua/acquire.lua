@@ -1,5 +1,5 @@
 -- acquire.lua: take a slot now, or (when asked to wait) join the FIFO queue.
--- KEYS: the seven keys of common.lua, and KEYS[8] HELD (optional; see common.lua).
+-- KEYS: the seven keys of includes/lease_set_keys.lua, and KEYS[8] HELD (optional; see includes/lease_set_keys.lua).
 -- ARGV[1] owner       random 128-bit hex id of this acquisition (no ':')
 -- ARGV[2] limit       the caller's limit: slots in the set; < 0 for a fixed
 --                     limit no override changes (-1 for a lock; see limit_of())
@@ -7,19 +7,30 @@
 -- ARGV[4] meta        opaque holder description (JSON object), stored for inspection
 -- ARGV[5] wait        "1": enqueue/refresh our place in the queue if not granted
 -- ARGV[6] max_wait_ms longest wait lease of a queue entry (wait_lease() in
---                     common.lua), and the lifetime of a wake list
+--                     includes/lease_set_keys.lua), and the lifetime of a wake list
 -- Returns the fencing token (> 0) when `owner` holds a slot (also when a
 -- hand-off made it a holder before it asked again), else -retry_in_ms (< 0):
 -- when to ask again at the latest if no hand-off or nudge arrives: the
 -- earliest holder expiry, capped at half the wait lease (the queue entry
 -- lapses half a wait lease after that, unless renewed by asking again).
 -- One integer, because parsing a reply is part of every acquire.
--- A caller is granted only while THE INVARIANT of common.lua allows it and
+-- A caller is granted only while THE INVARIANT of includes/lease_set_keys.lua allows it and
 -- no live waiter queued before it is still waiting: newcomers never barge
 -- past the queue.  A token returned means the lease runs ttl_ms from this
 -- call at least (a hand-off received earlier is renewed here).
 
---- @include common.lua
+--- @include "includes/add_holder"
+--- @include "includes/admissible"
+--- @include "includes/earliest_expiry"
+--- @include "includes/fit_holder_ttl"
+--- @include "includes/hand_off"
+--- @include "includes/holder_state"
+--- @include "includes/lease_set_keys"
+--- @include "includes/limit_of"
+--- @include "includes/next_token"
+--- @include "includes/now"
+--- @include "includes/purge_expired_holders"
+--- @include "includes/wait_lease"
 
 HELD = KEYS[8]
 local owner, raw_limit, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -1,12 +1,12 @@
 -- inspect.lua: read-only view of one lease set (for holders(), locked(), the CLI).
--- Standalone (no common.lua: it writes nothing and needs none of its helpers).
--- KEYS: the seven keys of common.lua (holders, info, fence, queue, qinfo, wake, override),
+-- Standalone (no includes: it writes nothing and needs none of its helpers).
+-- KEYS: the seven keys of includes/lease_set_keys.lua (holders, info, fence, queue, qinfo, wake, override),
 --   and KEYS[8] HELD (optional; unused); only holders, info, queue and qinfo are read.
 -- ARGV: none.
 -- Returns {now_ms, holders, waiters} where holders is a flat list
 -- {owner, expiry_ms, info, ...} of unexpired holders and waiters a flat list
 -- {owner, qinfo, ...} of live waiters in arrival order.  The info and qinfo
--- entries are returned as stored (formats in common.lua; read by
+-- entries are returned as stored (formats in includes/lease_set_keys.lua; read by
 -- holders.parse_inspect); a holder whose info entry is missing (its
 -- info key was deleted) comes with an empty string.
 

@@ -1,5 +1,5 @@
 -- live_list.lua: the statements of one process space (see liveness.py), read
--- at once.  Standalone (no common.lua).
+-- at once.  Standalone (no includes).
 -- KEYS[1] index   as live_register.lua's
 -- ARGV[1] record key prefix: the record of process p is ARGV[1] .. p
 -- Returns {process, stated_ms, record, ...}; record is "" when it expired.

@@ -1,6 +1,6 @@
 -- live_register.lua: a process states which leases it holds (see liveness.py),
 -- so that once it is provably dead a worker on the same machine can give
--- them back before their TTL.  Standalone (no common.lua).
+-- them back before their TTL.  Standalone (no includes).
 -- KEYS[1] index   ZSET  process id -> Redis time (ms) of its last statement,
 --                 one per process space (machine boot and pid namespace),
 --                 hash tag {live:<space>}

@@ -1,11 +1,11 @@
 -- override.lua: set or clear a name's run-time override (an operator's
 -- `celery redislock limit set / clear`): a limit that replaces every
 -- non-fixed caller's limit and a rate that replaces every caller's rate
--- (read where common.lua and rate_common.lua resolve limits and rates).
--- Standalone (no common.lua).
+-- (read where includes/lease_set_keys.lua and includes/gcra.lua resolve limits and rates).
+-- Standalone (no includes).
 -- KEYS[1] override  HASH  fields "limit", "interval_us", "burst", "rate" (the
 --                         rate as the operator wrote it, for display)
--- KEYS[2] info      HASH  the name's holder info (common.lua): a changed limit
+-- KEYS[2] info      HASH  the name's holder info (includes/lease_set_keys.lua): a changed limit
 --                         drops its cached bound of the holders' limits, which
 --                         the old limit may have made too high
 -- ARGV[1] limit        the limit; "": leave it as it is; "-": remove it
@@ -21,7 +21,7 @@ if ARGV[1] == '-' then
 elseif ARGV[1] ~= '' then
   redis.call('HSET', key, 'limit', ARGV[1])
 end
-if ARGV[1] ~= '' then redis.call('HDEL', KEYS[2], ':limit') end  -- LIMIT_FIELD of common.lua
+if ARGV[1] ~= '' then redis.call('HDEL', KEYS[2], ':limit') end  -- LIMIT_FIELD of includes/lease_set_keys.lua
 if ARGV[2] == '-' then
   redis.call('HDEL', key, 'interval_us', 'burst', 'rate')
 elseif ARGV[2] ~= '' then

@@ -4,7 +4,7 @@
 -- from: an earlier promotion's copy that waited in a busy queue past its
 -- deadline is the same task, and the newer token then becomes stale.  So a
 -- queue slower than the reservation deadline delays a task, never starves it.
--- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] only on a single server).
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token     promotion token from the message header
@@ -13,7 +13,7 @@
 -- ARGV[6] meta      holder meta (JSON)
 -- ARGV[7] limit     the run's limit, evaluated now (< 0: fixed, see limit_of())
 -- ARGV[8] task      its task name (kept with the entry if it goes back)
--- Returns {"held", fencing_token, due, start_wait_us} (start_wait_us: how long
+-- Returns {"held", fencing_token, start_wait_us, due} (start_wait_us: how long
 -- the run waits before its body starts, so that starts keep the rate; see
 -- start_wait()) | {"parked", 0, due} (the name is full for this task's own
 -- limit: its reservation had lapsed, or the holders already there reach its
@@ -27,7 +27,23 @@
 -- admits it as a message without a token, so it runs: at least once, as
 -- Celery delivers).
 
---- @include park_common.lua
+--- @include "includes/add_holder"
+--- @include "includes/admissible"
+--- @include "includes/fate_of"
+--- @include "includes/fit_holder_ttl"
+--- @include "includes/holder_state"
+--- @include "includes/limit_of"
+--- @include "includes/next_due"
+--- @include "includes/park"
+--- @include "includes/park_keys"
+--- @include "includes/pause_left_us"
+--- @include "includes/purge_expired_holders"
+--- @include "includes/read_inflight"
+--- @include "includes/start_wait"
+--- @include "includes/stored_limit"
+--- @include "includes/supersede"
+--- @include "includes/token_fate"
+--- @include "includes/unreserve"
 
 local id, token, owner = ARGV[2], ARGV[3], ARGV[4]
 local ttl_ms, meta, limit = tonumber(ARGV[5]), ARGV[6], stored_limit(tonumber(ARGV[7]))
@@ -61,4 +77,4 @@ token_fate('c', id, token)
 redis.call('HDEL', MSGS, id)  -- it runs: its message is not needed again
 local fencing = add_holder(state, owner, ttl_ms, limit, meta)
 fit_holder_ttl()
-return {'held', fencing, next_due(limit, state.n), wait_us}
+return {'held', fencing, wait_us, next_due(limit, state.n)}

@@ -1,7 +1,7 @@
 -- park_due.lua: what a sweeper asks before it promotes: the names whose
 -- parked work needs a look now (Redis time), from the index of names with
 -- parked or in-flight work, and how long it may sleep after them.
--- Standalone (no common.lua).
+-- Standalone (no includes).
 -- KEYS[1] index   ZSET name -> Redis time (ms) due
 -- ARGV[1] max     most names returned
 -- ARGV[2] hold_ms the names returned are not returned again for this long

@@ -1,6 +1,6 @@
 -- park_inspect.lua: read-only counts (and optionally the first entries) of
 -- one name's parked work, for status and listing.
--- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] unused).
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] unused).
 -- ARGV[1] name
 -- ARGV[2] count    how many parked entries to list (0: none)
 -- Returns {now_ms, parked, oldest_enqueued_ms (0: none), inflight, overdue,
@@ -13,7 +13,15 @@
 --          or its own; interval 0: none or nothing parked),
 --          limit (the name's limit now, an override's or the last one stored; 0: unknown)}.
 
---- @include park_common.lua
+--- @include "includes/lease_set_keys"
+--- @include "includes/limit_of"
+--- @include "includes/message"
+--- @include "includes/now"
+--- @include "includes/park_keys"
+--- @include "includes/rate_admits"
+--- @include "includes/rate_terms"
+--- @include "includes/read_entry"
+--- @include "includes/read_inflight"
 
 local count = tonumber(ARGV[2])
 local parked = redis.call('ZCARD', PARK)

@@ -2,7 +2,7 @@
 -- a release, and from the sweeper).  Overdue in-flight reservations go back
 -- to the head of the list first (to be re-published with a new token);
 -- expired parked tasks are removed and reported, never published.
--- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] only on a single server).
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] limit        the caller's limit, for the name's due time and as the
 --                      limit stored (0: the one last stored); each parked task
@@ -16,7 +16,9 @@
 -- the envelope with this token now), "x" expired (token 0), "u" unclaimed
 -- (token: how often it was published).
 
---- @include park_common.lua
+--- @include "includes/next_due"
+--- @include "includes/promote_parked"
+--- @include "includes/stored_limit"
 
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}

@@ -1,8 +1,8 @@
 -- park_release.lua: a park-policy holder gives its slot back, and the freed
--- slots go to waiters (see release_owner() in common.lua) and then to the
+-- slots go to waiters (see release_owner() in includes/release_owner.lua) and then to the
 -- parked tasks, as park_promote.lua would fill them: one round trip from
 -- the end of a task to the next task's publish.
--- KEYS: the nineteen keys of park_common.lua (KEYS[17] to KEYS[19] only on a single server).
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] owner
 -- ARGV[3] wake_ms      as release.lua's ARGV[2]
@@ -16,7 +16,11 @@
 -- Returns {due, held, kind, id, token, envelope, ...}: held as release.lua's
 -- reply; the rest as park_promote.lua's.
 
---- @include park_common.lua
+--- @include "includes/next_due"
+--- @include "includes/park_keys"
+--- @include "includes/promote_parked"
+--- @include "includes/release_owner"
+--- @include "includes/stored_limit"
 
 local pending = redis.call('EXISTS', PARK, INFLIGHT) > 0
 -- With work pending, promote_parked() fits the holder keys' TTLs once, after

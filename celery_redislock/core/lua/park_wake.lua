@@ -1,6 +1,6 @@
 -- park_wake.lua: have the sweepers look at a name now (after its pause was
 -- lifted): re-score it in the index of names with parked work, if it is
--- there, and publish on the index's wake channel.  Standalone (no common.lua).
+-- there, and publish on the index's wake channel.  Standalone (no includes).
 -- KEYS[1] index   ZSET name -> Redis time (ms) due
 -- ARGV[1] name
 -- Returns 1 if the name is indexed (so it has parked or in-flight work), else 0.

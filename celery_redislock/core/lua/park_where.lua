@@ -1,7 +1,7 @@
 -- park_where.lua: where a task id is in its name's park, and the fate of one
 -- of its promotion tokens (read-only).
--- Standalone (no park_common.lua: it writes nothing).
--- KEYS[1] parked    HASH  the name's parked entries (park_common.lua's KEYS[9])
+-- Standalone (no includes: it writes nothing).
+-- KEYS[1] parked    HASH  the name's parked entries (includes/park_keys.lua's KEYS[9])
 -- KEYS[2] inflight  HASH  its promotions in flight (KEYS[10])
 -- KEYS[3] tokens    ZSET  the fates of its promotion tokens (KEYS[12])
 -- ARGV[1] task_id

@@ -1,5 +1,5 @@
 -- rate_acquire.lua: one start of a rate-limited name, if its rate admits it.
--- KEYS[1] rate    STRING  the name's TAT (see rate_common.lua)
+-- KEYS[1] rate    STRING  the name's TAT (see includes/gcra.lua)
 -- KEYS[2] pause   STRING  the name's pause
 -- KEYS[3] override HASH   the name's run-time override (its rate replaces ARGV's)
 -- ARGV[1] interval_us  period / count, in microseconds (may be fractional)
@@ -9,7 +9,9 @@
 -- Returns {1, 0} when admitted, else {0, wait_us}: microseconds until a start
 -- of this cost would be admitted (a pause counts).
 
---- @include rate_common.lua
+--- @include "includes/gcra"
+--- @include "includes/now_us"
+--- @include "includes/rate_terms"
 
 local interval, burst, cost = rate_terms(KEYS[3], tonumber(ARGV[1]), tonumber(ARGV[2]),
   tonumber(ARGV[3]))

@@ -1,15 +1,15 @@
 -- refresh.lua: renew many leases in one call (the heartbeat's batch), each
 -- only if it is still held and unexpired by Redis time: an expired lease is
--- never revived.  Standalone (no common.lua); on a cluster it is called once
+-- never revived.  Standalone (no includes); on a cluster it is called once
 -- per lease set so that each call touches one slot.
 -- KEYS: for lease i, KEYS[2i-1] = holders ZSET, KEYS[2i] = info HASH; and,
 --   when #KEYS is odd, the last key is the index of held names (HELD in
---   common.lua), where each renewed lease's name is listed until its new expiry.
+--   includes/lease_set_keys.lua), where each renewed lease's name is listed until its new expiry.
 -- ARGV: for lease i, ARGV[2i-1] = owner, ARGV[2i] = ttl_ms.
 -- Returns a list with, per lease, the new remaining lease in ms, or 0 if the
 -- lease is gone (expired, released, deleted, or Redis lost its data); the
 -- remaining lease is negative when the lease is superseded (its token is at
--- most the one in the info hash's field ':superseded', see common.lua).
+-- most the one in the info hash's field ':superseded', see includes/lease_set_keys.lua).
 
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

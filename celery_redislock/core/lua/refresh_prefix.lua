@@ -3,11 +3,11 @@
 -- to keep alive the leases its live pool children hold for their running
 -- tasks (owner prefix = task id, host, child pid; see core/owners.py
 -- execution_prefix),
--- without knowing the random owner ids.  Standalone (no common.lua).
+-- without knowing the random owner ids.  Standalone (no includes).
 -- KEYS[1] holders ZSET  owner -> lease expiry (Redis TIME, ms)
--- KEYS[2] info    HASH  owner -> "token:acquired_ms:ttl_ms:..." (see common.lua)
+-- KEYS[2] info    HASH  owner -> "token:acquired_ms:ttl_ms:..." (see includes/lease_set_keys.lua)
 --   (both of one name, so one hash tag {name} and one cluster slot)
--- KEYS[3] held    ZSET  optional: the index of held names (HELD in common.lua),
+-- KEYS[3] held    ZSET  optional: the index of held names (HELD of includes/lease_set_keys.lua),
 --                 where the name is listed until the latest renewed expiry
 -- ARGV[1..n] owner id prefixes (at least one)
 -- Each matching holder is renewed to Redis TIME + the ttl it was granted (from

@@ -3,9 +3,9 @@
 -- Every state the library writes for a task of a parked name is written by
 -- the holder of this guard, so a state decided earlier (PARKED) can never
 -- land after one decided later (SUPERSEDED, PROMOTED, REVOKED) and hide it.
--- Standalone (no common.lua).  The keys share the name's hash tag.
+-- Standalone (no includes).  The keys share the name's hash tag.
 -- KEYS[1] guard     STRING  <prefix>:{<name>}:state:<task id> -> holder
--- KEYS[2] parked    HASH    the name's parked entries (park_common.lua's KEYS[9])
+-- KEYS[2] parked    HASH    the name's parked entries (includes/park_keys.lua's KEYS[9])
 -- KEYS[3] inflight  HASH    its promotions in flight (KEYS[10])
 -- ARGV[1] task_id
 -- ARGV[2] holder    a random id of this write

@@ -3,6 +3,6 @@
 -- WAIT sent on the same connection right after it counts the replicas that
 -- have the grant (see replication.py).
 -- KEYS[1] fence   the lease set's fence key
--- ARGV[1] ms      FENCE_MEMORY_MS of common.lua
+-- ARGV[1] ms      FENCE_MEMORY_MS of includes/next_token.lua
 -- Returns 1 if the fence key exists (a grant was made), else 0.
 return redis.call('PEXPIRE', KEYS[1], ARGV[1])

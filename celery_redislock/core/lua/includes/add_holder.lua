@@ -1,0 +1,21 @@
+--- @include "includes/index_held"
+--- @include "includes/lease_set_keys"
+--- @include "includes/limit_of"
+--- @include "includes/next_token"
+--- @include "includes/now"
+--- @include "includes/recompute_holders_limit"
+
+-- Make `owner` a holder with its limit as passed (`raw`, stored so that an
+-- override applies to it later; the caller checked admissible(state,
+-- limit_of(raw))).
+local function add_holder(state, owner, ttl_ms, raw, meta)
+  local token = next_token()
+  local bound = limit_of(raw)
+  if state.n > 0 then bound = math.min(state.bound or recompute_holders_limit(), bound) end
+  redis.call('ZADD', HOLDERS, NOW_MS + ttl_ms, owner)
+  redis.call('HSET', INFO, owner, string.format('%d:%d:%d:%d:', token, NOW_MS, ttl_ms, raw) .. meta,
+    LIMIT_FIELD, bound)
+  index_held(NOW_MS + ttl_ms, token)
+  state.n, state.bound = state.n + 1, bound
+  return token
+end

@@ -1,0 +1,74 @@
+-- includes/lease_set_keys.lua: the keys of a lease set and the rules every
+-- helper over them keeps; included by each helper that reads them (and by
+-- includes/park_keys.lua, whose KEYS begin with these seven).
+--
+-- One lease set (a lock is a lease set with limit 1) lives in these keys, all
+-- sharing the hash tag {name} so they sit in one cluster slot:
+--   KEYS[1] holders  ZSET   owner -> lease expiry (Redis TIME, ms)
+--   KEYS[2] info     HASH   owner -> "token:acquired_ms:ttl_ms:limit:meta"
+--                           plus the field LIMIT_FIELD (see below)
+--   KEYS[3] fence    STRING last fencing token handed out for this name
+--   KEYS[4] queue    ZSET   waiting owner -> arrival (Redis TIME, us)
+--   KEYS[5] qinfo    HASH   waiting owner -> "expiry_ms:ttl_ms:limit:meta"
+--   KEYS[6] wake     key prefix; wake .. owner is that waiter's LIST, where a
+--                    hand-off pushes the fencing token (BLPOP'd by the waiter),
+--                    or NUDGE: "ask again now" (never a token, tokens are > 0)
+--   KEYS[7] override HASH   run-time overrides of the name, set by an operator
+--                           (override.lua): "limit" replaces the limit of every
+--                           caller whose limit is not fixed (see limit_of()),
+--                           "interval_us" / "burst" its rate (includes/gcra.lua);
+--                           no TTL: it stays until cleared
+-- HELD (not one of the seven: a script that takes it sets it after the
+-- includes: acquire.lua and release.lua as KEYS[8], includes/park_keys.lua as KEYS[19])
+--   ZSET name -> the latest lease expiry (Redis TIME, ms) granted or renewed
+--   for the name, while it has holders (index_held(), unindex_held()): the
+--   index of held names that `celery redislock exporter` reads (its slot
+--   gauges).  Hash tag {held:index}, so only on a single
+--   server; the Celery layer passes it, a bare RedisLock / FairSemaphore does
+--   not (see index_held()).
+-- Every key but `override` carries a TTL no later than the end of the latest
+-- lease or wait granted in it (a release that leaves others in it does not
+-- shorten it: fit_holder_ttl.lua runs after grants), and empty aggregates
+-- vanish (the last release deletes the holder keys), so an idle name leaves only
+-- `fence` behind, and that for FENCE_MEMORY_MS (and an override an operator set).
+--
+-- THE INVARIANT: no holder ever shares the name with more holders than its
+-- own limit allows (a lock holder, limit 1, is always alone), whatever limits
+-- the other callers of the same name pass.  So each holder's and waiter's
+-- limit is stored with it, a caller with limit L is admitted only while
+--   holders < min(L, the limit of every current holder),
+-- and waiters are handed slots each by its own limit, in arrival order: a waiter
+-- that cannot be admitted yet stops the hand-off (nobody barges past it).
+-- Lowering a limit is therefore safe at any time: newcomers with the lower
+-- limit wait until the holders are few enough.
+--
+-- LIMIT_FIELD in the info hash caches a lower bound of the current holders'
+-- limits: every grant lowers it to the new holder's limit (set to it when
+-- the holders were empty), releases leave it alone.  A bound that is too low
+-- is only conservative; it is recomputed from the entries when it is what
+-- refuses an admission.  So the common case (one limit per name) reads one
+-- hash field and never recomputes.
+--
+-- Every info and qinfo entry stores its limit as its caller passed it (add_holder.lua
+-- and acquire.lua write them; the park scripts add holders through
+-- add_holder()), and every comparison resolves it (limit_of()): so a run-time
+-- override applies to the holders already in, and a raised limit fills its
+-- new slots at once.  override.lua drops LIMIT_FIELD, which it may have
+-- made too high.
+--
+-- Waiters: a queue entry's expiry is the latest time the waiter promised to
+-- ask again plus a grace of half its wait lease (wait_lease.lua); a
+-- waiter that dies while queued lapses then and is skipped by hand-offs.  A
+-- waiter is told to ask again (NUDGE, hand_off.lua) when a hand-off makes a holder whose
+-- lease ends before the waiter would ask again by itself, so that a waiter
+-- never sleeps past the earliest holder's lease (e.g. a slot handed to a
+-- waiter that has just died comes back within that waiter's ttl).
+local HOLDERS, INFO, FENCE, QUEUE, QINFO, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local OVERRIDE = KEYS[7]
+local HELD  -- set by the including script when the caller passes the index
+local LIMIT_FIELD = ':limit'  -- owners never contain ':' (see leaseset.py)
+-- SUPERSEDED_FIELD in the info hash: "<token>|<task id>": every holder whose
+-- token is at most <token> was superseded by that task's call
+-- (lock_supersede: the option supersede of park_call.lua); refresh.lua reports it, and
+-- the field goes with the info hash when the last holder leaves.
+local SUPERSEDED_FIELD = ':superseded'

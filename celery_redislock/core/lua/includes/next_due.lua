@@ -1,0 +1,62 @@
+--- @include "includes/inflight_first"
+--- @include "includes/lease_set_keys"
+--- @include "includes/limit_of"
+--- @include "includes/now"
+--- @include "includes/park_keys"
+--- @include "includes/rate_admits"
+--- @include "includes/read_entry"
+--- @include "includes/split"
+
+-- When the sweeper should look at this name next (ms, Redis time), or -1:
+-- now if work is parked and a slot is free; else the earliest holder expiry
+-- (a holder that dies frees its slot then) or in-flight deadline.
+-- `n_holders` (the holder count) and `parked` (whether anything is parked)
+-- when the caller knows them, else nil: read here.
+local function next_due(raw_limit, n_holders, parked)
+  local limit = limit_of(raw_limit)
+  local due = -1
+  local function at(ms) if due < 0 or ms < due then due = ms end end
+  if parked == nil then parked = redis.call('ZCARD', PARK) > 0 end
+  if parked then
+    if (n_holders or redis.call('ZCARD', HOLDERS)) < limit then
+      -- A slot is free: due now, unless the head waits for its rate or a pause.
+      local head = redis.call('ZRANGE', PARK, 0, 0)[1]
+      local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true)
+      if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000)) end
+    else
+      local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
+      if first[2] then at(tonumber(first[2])) else at(NOW_MS) end
+    end
+  end
+  if inflight_first == nil then
+    for _, entry in ipairs(redis.call('HVALS', INFLIGHT)) do
+      at(tonumber(split(entry, 3)[2]))
+    end
+  elseif inflight_first then
+    at(inflight_first)
+  end
+  -- due < 0 exactly when nothing is parked or in flight, so no message is
+  -- needed either (a leftover, say of a worker of an earlier version, goes).
+  if due < 0 then
+    redis.call('DEL', PMETA, MSGS)
+  else
+    redis.call('HSET', PMETA, 'limit', raw_limit)
+  end
+  if INDEX then
+    if due < 0 then
+      redis.call('ZREM', INDEX, PNAME)
+    else
+      -- Sweepers sleep until the index's earliest time: one that becomes
+      -- sooner (a rate spacing promotions, a parked task's due time) wakes
+      -- them through WAKE, so a promotion is not late by a sweep interval.
+      local sooner = false
+      if due > NOW_MS then  -- only a time to come is published as sooner
+        local first = redis.call('ZRANGE', INDEX, 0, 0, 'WITHSCORES')
+        sooner = not first[2] or due < tonumber(first[2])
+      end
+      redis.call('ZADD', INDEX, due, PNAME)
+      if sooner then redis.call('PUBLISH', INDEX .. ':wake', due) end
+    end
+  end
+  return due
+end

@@ -1,0 +1,1 @@
+local function rsv(id) return 'rsv.' .. id end

@@ -1,0 +1,11 @@
+--- @include "includes/park_keys"
+
+-- The limit argument a call works with: its own, else (0: the sweeper, a
+-- drop) the last one stored.  next_due() stores it while the name has parked
+-- or in-flight work, and deletes PMETA when it has none.  Limits are kept
+-- as passed (< 0: fixed, see limit_of() in includes/limit_of.lua) and resolved where
+-- they are compared, so an override applies to work parked before it was set.
+local function stored_limit(limit)
+  if limit and limit ~= 0 then return limit end
+  return tonumber(redis.call('HGET', PMETA, 'limit') or '1')
+end

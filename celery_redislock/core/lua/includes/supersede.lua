@@ -1,0 +1,3 @@
+--- @include "includes/token_fate"
+
+local function supersede(id, token) token_fate('s', id, token) end

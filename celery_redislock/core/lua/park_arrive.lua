@@ -1,0 +1,50 @@
+-- park_arrive.lua: a message of a park task without a reservation reached a
+-- worker (published before the task's key was parked, or re-sent by Celery):
+-- the same admission as park_enqueue.lua, and an admitted run takes the slot
+-- as its lease.
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
+-- ARGV[1] name
+-- ARGV[2] task_id
+-- ARGV[3] limit        the run's limit, evaluated now; < 0 fixed
+-- ARGV[4] envelope     the message as stored for re-publishing (opaque JSON)
+-- ARGV[5] expires_in   ms until the task expires (0: never)
+-- ARGV[6] owner        lease owner to add as holder
+-- ARGV[7] ttl_ms       lease length
+-- ARGV[8] meta         holder meta (JSON)
+-- ARGV[9] task         the task name (stored with the entry if it parks)
+-- ARGV[10] interval_us the task's rate: microseconds per unit (0: no rate)
+-- ARGV[11] burst       units that may start back to back
+-- ARGV[12] cost        units this start takes
+-- ARGV[13] options     as park_enqueue.lua's ARGV[11]
+-- Returns {"held", fencing_token, start_wait_us, due} (start_wait_us: see
+-- park_claim.lua) or park_enqueue.lua's replies but "reserved".
+
+--- @include "includes/add_holder"
+--- @include "includes/fit_holder_ttl"
+--- @include "includes/known_where"
+--- @include "includes/new_entry"
+--- @include "includes/next_due"
+--- @include "includes/park_call"
+--- @include "includes/park_keys"
+--- @include "includes/purge_expired_holders"
+--- @include "includes/rate_admits"
+--- @include "includes/reclaim_overdue"
+--- @include "includes/room_now"
+--- @include "includes/stored_limit"
+
+local id, limit = ARGV[2], stored_limit(tonumber(ARGV[3]))
+local known = known_where(id)
+if known then return {'dup', known, next_due(limit)} end
+local opts = ARGV[13] ~= '' and cjson.decode(ARGV[13]) or {}
+purge_expired_holders()
+reclaim_overdue()
+local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[9], tonumber(ARGV[10]),
+  tonumber(ARGV[11]), tonumber(ARGV[12]))
+local n_parked = redis.call('ZCARD', PARK)
+local state, slot, admitted, wait_us, start_us =
+  room_now(entry, limit, n_parked, opts.debounce_ms or 0, true)
+if not admitted then return park_call(id, entry, n_parked, slot, wait_us, state.n, limit, opts) end
+rate_admits(entry, true)  -- admitted just above: takes the units with the slot
+local token = add_holder(state, ARGV[6], tonumber(ARGV[7]), limit, ARGV[8])
+fit_holder_ttl()
+return {'held', token, start_us, next_due(limit, state.n, false)}

@@ -1,0 +1,49 @@
+-- park_head.lua: a running task puts itself back ahead of all parked work of
+-- its name (redislock_pause, a retry of a park task), whatever the slots and
+-- bounds (it was admitted once), and pauses the name (a pause only lengthens).
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
+-- ARGV[1] name
+-- ARGV[2] task_id
+-- ARGV[3] limit        the run's limit; < 0 fixed
+-- ARGV[4] envelope     the message as stored for re-publishing (opaque JSON)
+-- ARGV[5] expires_in   ms until the task expires (0: never)
+-- ARGV[6] task         the task name
+-- ARGV[7] interval_us  the task's rate: microseconds per unit (0: no rate)
+-- ARGV[8] burst        units that may start back to back
+-- ARGV[9] cost         units this start takes
+-- ARGV[10] pause_ms    pause the name this long
+-- ARGV[11] token       the promotion token the run was claimed with ("":
+--                      none); it becomes stale, so a copy of the run's
+--                      message (redelivered after a crash) never runs
+-- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
+-- {"dup", where, due}.
+
+--- @include "includes/extend_pause"
+--- @include "includes/known_where"
+--- @include "includes/new_entry"
+--- @include "includes/next_due"
+--- @include "includes/park"
+--- @include "includes/park_keys"
+--- @include "includes/purge_expired_holders"
+--- @include "includes/reclaim_overdue"
+--- @include "includes/stored_limit"
+--- @include "includes/supersede"
+
+local id, limit, token = ARGV[2], stored_limit(tonumber(ARGV[3])), ARGV[11]
+local known = known_where(id)
+if known then return {'dup', known, next_due(limit)} end
+purge_expired_holders()
+reclaim_overdue()
+local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]),
+  tonumber(ARGV[8]), tonumber(ARGV[9]))
+local n_parked = redis.call('ZCARD', PARK)
+local pause_ms = extend_pause(PAUSE, tonumber(ARGV[10]))
+if token ~= '' then
+  redis.call('ZREM', TOKENS, 'c|' .. id .. '|' .. token)
+  supersede(id, token)
+end
+local first = redis.call('ZRANGE', PARK, 0, 0, 'WITHSCORES')
+entry.seq = first[2] and tonumber(first[2]) - 1 or redis.call('HINCRBY', PMETA, 'seq', 1)
+park(id, entry)
+redis.call('HSET', PMETA, 'head', id)
+return {'parked', n_parked + 1, pause_ms, next_due(limit, nil, true)}
