@@ -76,6 +76,7 @@ test-fresh-install: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check celery_redislock tests benchmarks example_worker devtools
+	$(VENV)/bin/ruff format --check celery_redislock tests benchmarks example_worker devtools
 	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed

@@ -33,8 +33,17 @@ from . import (
     semaphores,
 )
 
-PARTS = ("locks", "cost", "semaphores", "market", "celery", "backlog", "rate", "metrics",
-         "coalesce")  # fmt: skip
+PARTS = (
+    "locks",
+    "cost",
+    "semaphores",
+    "market",
+    "celery",
+    "backlog",
+    "rate",
+    "metrics",
+    "coalesce",
+)
 HERE = Path(__file__).resolve().parent
 
 

@@ -204,8 +204,11 @@ GUARD_DEADLINE_MS, GUARD_TTL_MS = 120_000, 60_000
 
 def _guard_keys(run: str, account: str, task_id: str = "") -> list[str]:
     base = f"parkguard:{{{run}:{account}}}"
-    return [*(f"{base}:{k}" for k in GUARD_KEYS), "parkguard:{index}",
-            f"parkguard:revoked:{task_id}"]  # fmt: skip
+    return [
+        *(f"{base}:{k}" for k in GUARD_KEYS),
+        "parkguard:{index}",
+        f"parkguard:revoked:{task_id}",
+    ]
 
 
 @app.task(name="backlog.parkguard", bind=True)
@@ -216,8 +219,9 @@ def parkguard(self: Any, run: str, account: str, seq: int, sent: float, token: i
     if _redis().eval(GUARD_START, 7, *keys, owner, token, owner, GUARD_TTL_MS) != 1:
         return  # a stale copy, or revoked: not run
     _body(run, account, seq, sent)
-    following = _redis().eval(GUARD_END, 7, *keys, owner, LIMIT, GUARD_DEADLINE_MS,
-                              f"{run}:{account}")  # fmt: skip
+    following = _redis().eval(
+        GUARD_END, 7, *keys, owner, LIMIT, GUARD_DEADLINE_MS, f"{run}:{account}"
+    )
     if following:
         next_token, payload = following
         task_id, args, queue = json.loads(payload)
@@ -234,14 +238,24 @@ class _ParkGuardSender:
         run, account = args[0], args[1]
         task_id = uuid.uuid4().hex
         payload = json.dumps([task_id, list(args), queue])
-        token = _redis().eval(GUARD_ENQUEUE, 7, *_guard_keys(run, account), task_id, LIMIT,
-                              payload, GUARD_DEADLINE_MS, f"{run}:{account}")  # fmt: skip
+        token = _redis().eval(
+            GUARD_ENQUEUE,
+            7,
+            *_guard_keys(run, account),
+            task_id,
+            LIMIT,
+            payload,
+            GUARD_DEADLINE_MS,
+            f"{run}:{account}",
+        )
         if int(token) > 0:
-            parkguard.apply_async([*args, int(token)], queue=queue, producer=producer,
-                                  task_id=task_id)  # fmt: skip
+            parkguard.apply_async(
+                [*args, int(token)], queue=queue, producer=producer, task_id=task_id
+            )
 
 
-TASKS.update(control=control, relay=relay, parkfloor=_ParkFloorSender(),
-             parkguard=_ParkGuardSender())  # fmt: skip
+TASKS.update(
+    control=control, relay=relay, parkfloor=_ParkFloorSender(), parkguard=_ParkGuardSender()
+)
 
 task_events.record_retries_and_etas(URL)

@@ -57,9 +57,15 @@ QUICK = CeleryParams(
     runs=1, tasks=300, calls=300, heartbeat_window=3.0, crash_give_up=10.0, peer_watch=3.0
 )
 TINY = CeleryParams(
-    runs=1, tasks=20, calls=20, heartbeat_leases=10, heartbeat_ttl=0.6, heartbeat_window=1.0,
-    crash_give_up=10.0, peers_crash=False,
-)  # fmt: skip
+    runs=1,
+    tasks=20,
+    calls=20,
+    heartbeat_leases=10,
+    heartbeat_ttl=0.6,
+    heartbeat_window=1.0,
+    crash_give_up=10.0,
+    peers_crash=False,
+)
 
 
 # -- throughput -----------------------------------------------------------------
@@ -118,9 +124,14 @@ def _throughput_run(
 
 
 def _calls_run(
-    celery_app: Any, worker: Worker, task: Any, n: int, admin: Any, caller_pings: int,
+    celery_app: Any,
+    worker: Worker,
+    task: Any,
+    n: int,
+    admin: Any,
+    caller_pings: int,
     pinger: Any,
-) -> dict[str, float | None]:  # fmt: skip
+) -> dict[str, float | None]:
     """``n`` calls published while the worker consumes: calls per second from
     the first send to the last body, so what the caller pays counts too."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
@@ -199,8 +210,9 @@ def heartbeat_cost(url: str, params: CeleryParams, admin: Any) -> dict[str, Any]
         wait(lambda: HEARTBEAT.beats > first, 3 * params.heartbeat_ttl, "a heartbeat", 0.002)
         common.reset_stats(admin)
         sent0, beats0, started = common.sent_commands(), HEARTBEAT.beats, time.monotonic()
-        wait(lambda: HEARTBEAT.beats >= beats0 + k, 3 * params.heartbeat_window, "heartbeats",
-              0.002)  # fmt: skip
+        wait(
+            lambda: HEARTBEAT.beats >= beats0 + k, 3 * params.heartbeat_window, "heartbeats", 0.002
+        )
         calls = common.command_calls(admin)
         sent, beats = common.sent_commands() - sent0, HEARTBEAT.beats - beats0
         window = time.monotonic() - started
@@ -229,9 +241,15 @@ def heartbeat_cost(url: str, params: CeleryParams, admin: Any) -> dict[str, Any]
 
 
 def _crash(
-    admin: Any, task: Any, arg: str, held: Any, give_up: float, ttl: float | None, what: str,
+    admin: Any,
+    task: Any,
+    arg: str,
+    held: Any,
+    give_up: float,
+    ttl: float | None,
+    what: str,
     ttl_left: Any,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     pid_key = f"bench:crashpid:{arg}"
     admin.delete(pid_key)
     task.apply_async((arg,), queue="crash")
@@ -263,11 +281,18 @@ def crash_cleanup(celery_app: Any, params: CeleryParams, admin: Any) -> dict[str
     for _ in range(params.runs):
         arg = "k" + uuid.uuid4().hex[:6]
         lease_set = task.redislock_leaseset(task.redislock_name((arg,), {}))
-        ours.append(_crash(
-            admin, task, arg, lambda ls=lease_set: bool(ls.holders()), params.crash_give_up,
-            bench_app.CRASH_TTL, "taken when the task starts, renewed by the heartbeat",
-            lambda: "-",
-        ))  # fmt: skip
+        ours.append(
+            _crash(
+                admin,
+                task,
+                arg,
+                lambda ls=lease_set: bool(ls.holders()),
+                params.crash_give_up,
+                bench_app.CRASH_TTL,
+                "taken when the task starts, renewed by the heartbeat",
+                lambda: "-",
+            )
+        )
     freed = [r["free_after_s"] for r in ours if r["free_after_s"] is not None]
     row = dict(ours[0])
     if len(freed) == len(ours):
@@ -289,20 +314,29 @@ def crash_cleanup(celery_app: Any, params: CeleryParams, admin: Any) -> dict[str
     arg = "k" + uuid.uuid4().hex[:6]
     once_pattern = f"qo_bench.crash_once_x-{arg}*"
     results["celery-once QueueOnce"] = _crash(
-        admin, bench_app.crash_once, arg, lambda: _scan_one(admin, once_pattern) is not None,
-        params.peer_watch, 3600, "taken at enqueue, released after the task returns",
+        admin,
+        bench_app.crash_once,
+        arg,
+        lambda: _scan_one(admin, once_pattern) is not None,
+        params.peer_watch,
+        3600,
+        "taken at enqueue, released after the task returns",
         lambda: key_ttl(once_pattern),
-    )  # fmt: skip
+    )
     arg = "k" + uuid.uuid4().hex[:6]
     single_pattern = "SINGLETONLOCK_*"
     for key in admin.scan_iter(match=single_pattern):
         admin.delete(key)
     results["celery-singleton Singleton"] = _crash(
-        admin, bench_app.crash_singleton, arg,
-        lambda: _scan_one(admin, single_pattern) is not None, params.peer_watch, None,
+        admin,
+        bench_app.crash_singleton,
+        arg,
+        lambda: _scan_one(admin, single_pattern) is not None,
+        params.peer_watch,
+        None,
         "taken at enqueue, released on success/failure in the child",
         lambda: key_ttl(single_pattern),
-    )  # fmt: skip
+    )
     for pattern in (once_pattern, single_pattern):  # leave the server clean
         for key in admin.scan_iter(match=pattern):
             admin.delete(key)

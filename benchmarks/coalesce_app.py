@@ -46,14 +46,23 @@ def skip(key: str) -> None:
     rebuild(key)
 
 
-@app.task(base=LockedTask, lock_key="coal:latest:{key}", lock_policy="keep_latest",
-          name="coal.keep_latest")  # fmt: skip
+@app.task(
+    base=LockedTask,
+    lock_key="coal:latest:{key}",
+    lock_policy="keep_latest",
+    name="coal.keep_latest",
+)
 def keep_latest(key: str) -> None:
     rebuild(key)
 
 
-@app.task(base=LockedTask, lock_key="coal:debounce:{key}", lock_policy="keep_latest",
-          lock_debounce=DEBOUNCE, name="coal.debounce")  # fmt: skip
+@app.task(
+    base=LockedTask,
+    lock_key="coal:debounce:{key}",
+    lock_policy="keep_latest",
+    lock_debounce=DEBOUNCE,
+    name="coal.debounce",
+)
 def debounce(key: str) -> None:
     rebuild(key)
 

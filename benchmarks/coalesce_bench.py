@@ -72,8 +72,13 @@ def run(url: str, params: CoalesceParams, log: Any = print) -> dict[str, Any]:
     return results
 
 
-def _one(admin: Any, bench_app: Any, variant: str, plan: list[tuple[float, str, int]],
-         params: CoalesceParams) -> dict[str, Any]:  # fmt: skip
+def _one(
+    admin: Any,
+    bench_app: Any,
+    variant: str,
+    plan: list[tuple[float, str, int]],
+    params: CoalesceParams,
+) -> dict[str, Any]:
     task = getattr(bench_app, variant)
     tag = uuid.uuid4().hex[:6]
     last_call: dict[tuple[str, int], float] = {}
@@ -99,8 +104,7 @@ def _one(admin: Any, bench_app: Any, variant: str, plan: list[tuple[float, str, 
         return time.monotonic() - seen[1] > 2.0
 
     wait(settled, 120, f"the {variant} runs to settle", interval=0.1)
-    stale = sum(admin.get(f"coal:cache:{tag}{k}") != admin.get(f"coal:src:{tag}{k}")
-                for k in keys)  # fmt: skip
+    stale = sum(admin.get(f"coal:cache:{tag}{k}") != admin.get(f"coal:src:{tag}{k}") for k in keys)
     out: dict[str, Any] = {"runs": runs(), "stale_keys": stale, "keys": len(keys)}
     if variant == "debounce":
         late = []
@@ -110,8 +114,12 @@ def _one(admin: Any, bench_app: Any, variant: str, plan: list[tuple[float, str, 
             if after:
                 late.append(min(after) - (t_last + bench_app.DEBOUNCE))
         late.sort()
-        out["late_ms"] = {"min": late[0] * 1000, "p50": statistics.median(late) * 1000,
-                          "max": late[-1] * 1000, "n": len(late)}  # fmt: skip
+        out["late_ms"] = {
+            "min": late[0] * 1000,
+            "p50": statistics.median(late) * 1000,
+            "max": late[-1] * 1000,
+            "n": len(late),
+        }
     return out
 
 
@@ -119,15 +127,17 @@ def section(r: dict[str, Any]) -> str:
     p = r["params"]
     rows = [f"| {v} | {r[v]['runs']} | {r[v]['stale_keys']} / {r[v]['keys']} |" for v in VARIANTS]
     late = r["debounce"]["late_ms"]
-    return "\n".join([
-        f"### Coalescing: the stale-cache scenario ({p['keys']} keys x {p['bursts']} bursts of "
-        f"{p['burst']} writes and refresh calls {p['gap'] * 1000:.0f} ms apart, 0.3 s rebuild; "
-        f"{r['calls']} calls per policy)",
-        "",
-        "| policy | rebuilds run | keys left stale |",
-        "|---|---|---|",
-        *rows,
-        "",
-        f"Debounce (0.3 s): each burst's run started {late['p50']:.1f} ms after its due time "
-        f"(median; min {late['min']:.1f}, max {late['max']:.1f} ms over {late['n']} bursts).",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"### Coalescing: the stale-cache scenario ({p['keys']} keys x {p['bursts']} bursts of "
+            f"{p['burst']} writes and refresh calls {p['gap'] * 1000:.0f} ms apart, 0.3 s rebuild; "
+            f"{r['calls']} calls per policy)",
+            "",
+            "| policy | rebuilds run | keys left stale |",
+            "|---|---|---|",
+            *rows,
+            "",
+            f"Debounce (0.3 s): each burst's run started {late['p50']:.1f} ms after its due time "
+            f"(median; min {late['min']:.1f}, max {late['max']:.1f} ms over {late['n']} bursts).",
+        ]
+    )

@@ -30,11 +30,27 @@ class LockParams:
     crash: bool = True  # also measure what a SIGKILLed holder leaves behind
 
 
-QUICK = LockParams(runs=1, uncontended_s=0.5, uncontended_slices=5, handoff_waiters=4,
-                   handoff_s=1.0, fair_procs=6, fair_s=1.0)  # fmt: skip
-TINY = LockParams(runs=1, uncontended_s=0.2, uncontended_slices=2, handoff_waiters=2,
-                  handoff_s=0.2, fair_procs=3, fair_hold=0.002, fair_s=0.2, margin=0.3,
-                  crash=False)  # fmt: skip
+QUICK = LockParams(
+    runs=1,
+    uncontended_s=0.5,
+    uncontended_slices=5,
+    handoff_waiters=4,
+    handoff_s=1.0,
+    fair_procs=6,
+    fair_s=1.0,
+)
+TINY = LockParams(
+    runs=1,
+    uncontended_s=0.2,
+    uncontended_slices=2,
+    handoff_waiters=2,
+    handoff_s=0.2,
+    fair_procs=3,
+    fair_hold=0.002,
+    fair_s=0.2,
+    margin=0.3,
+    crash=False,
+)
 
 
 # -- work done inside fleet workers ----------------------------------------------

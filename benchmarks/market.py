@@ -169,9 +169,14 @@ def list_item_locked(
 
 
 def purchase_item_locked(
-    conn: redis.Redis, k: Keys, buyerid: str, itemid: str, sellerid: str, lockname: str,
+    conn: redis.Redis,
+    k: Keys,
+    buyerid: str,
+    itemid: str,
+    sellerid: str,
+    lockname: str,
     with_lock: Any,
-) -> Any:  # fmt: skip
+) -> Any:
     """Redis in Action listing 9 (``purchase_item_with_lock``) with the lock passed in."""
     buyer, seller = k.user(buyerid), k.user(sellerid)
     item = f"{itemid}.{sellerid}"

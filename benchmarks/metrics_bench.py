@@ -42,9 +42,14 @@ def run(url: str, params: MetricsParams, log: Any = print) -> dict[str, Any]:
     port = free_port()
     workers = {
         "without metrics": Worker("benchmarks.celery_app", url, "ctl", params.concurrency),
-        "with metrics": Worker("benchmarks.celery_app", url, "ctl", params.concurrency,
-                               {"BENCH_METRICS_PORT": str(port)}),
-    }  # fmt: skip
+        "with metrics": Worker(
+            "benchmarks.celery_app",
+            url,
+            "ctl",
+            params.concurrency,
+            {"BENCH_METRICS_PORT": str(port)},
+        ),
+    }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in workers}
     try:
         for worker in workers.values():
@@ -81,14 +86,16 @@ def section(r: dict[str, Any]) -> str:
         for name, row in r["throughput"].items()
     ]
     met = "yes" if r["ratio"] >= 0.97 else "no"
-    return "\n".join([
-        "#### Prometheus metrics on a worker\n",
-        f"`LockedTask` no-op tasks, `-c {r['params']['concurrency']}`, {r['params']['tasks']} "
-        f"per run, median of {r['params']['runs']} interleaved runs.\n",
-        "| worker | tasks/s | worker CPU / task |",
-        "|---|---|---|",
-        *rows,
-        "",
-        f"With metrics / without: {r['ratio']:.3f} (target >= 0.97: {met}); the scrape "
-        f"counted {r['served_acquired']:.0f} acquisitions.\n",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "#### Prometheus metrics on a worker\n",
+            f"`LockedTask` no-op tasks, `-c {r['params']['concurrency']}`, {r['params']['tasks']} "
+            f"per run, median of {r['params']['runs']} interleaved runs.\n",
+            "| worker | tasks/s | worker CPU / task |",
+            "|---|---|---|",
+            *rows,
+            "",
+            f"With metrics / without: {r['ratio']:.3f} (target >= 0.97: {met}); the scrape "
+            f"counted {r['served_acquired']:.0f} acquisitions.\n",
+        ]
+    )

@@ -136,10 +136,15 @@ def run_policy(
     ideal = n * TASK_SECONDS / LIMIT
     events = Path(tempfile.mkdtemp(prefix="bench-backlog-events-"))
     concurrency = LIMIT if policy == "control" else params.concurrency
-    worker = Worker("benchmarks.backlog_app", url, f"idle-{run}", concurrency,
-                    {"BENCH_EVENTS_DIR": str(events)})  # fmt: skip
-    result: dict[str, Any] = {"policy": policy, "n": n, "light_tasks": light_total,
-                              "ideal_span_s": ideal}  # fmt: skip
+    worker = Worker(
+        "benchmarks.backlog_app", url, f"idle-{run}", concurrency, {"BENCH_EVENTS_DIR": str(events)}
+    )
+    result: dict[str, Any] = {
+        "policy": policy,
+        "n": n,
+        "light_tasks": light_total,
+        "ideal_span_s": ideal,
+    }
     sampler = Sampler(admin, queue, worker)
     try:
         worker.wait_ready()
@@ -163,8 +168,7 @@ def run_policy(
             admin.set(f"relay:n:{run}", n, ex=86400)
         with backlog_app.app.producer_or_acquire() as producer:
             for seq in range(first):
-                task.apply_async((run, "heavy", seq, time.time()), queue=queue,
-                                 producer=producer)  # fmt: skip
+                task.apply_async((run, "heavy", seq, time.time()), queue=queue, producer=producer)
         result["enqueue_s"] = time.monotonic() - t0
         result["heavy_in_broker"] = int(admin.llen(queue))
         mem1 = int(admin.info("memory")["used_memory"])
@@ -177,8 +181,9 @@ def run_policy(
         with backlog_app.app.producer_or_acquire() as producer:
             for j in range(params.light_jobs):
                 for i in range(params.light_accounts):
-                    task.apply_async((run, f"light{i}", j, time.time()), queue=queue,
-                                     producer=producer)  # fmt: skip
+                    task.apply_async(
+                        (run, f"light{i}", j, time.time()), queue=queue, producer=producer
+                    )
         done_key = f"backlog:done:{run}"
         give_up = params.give_up_factor * ideal + 60
         try:
@@ -204,16 +209,23 @@ def run_policy(
     tasks, retries, etas = _events(events, run)
     shutil.rmtree(events, ignore_errors=True)
     result.update(_summarise(tasks, n, ideal))
-    result.update(requeues=retries, eta_messages=etas, max_queue=sampler.max_queue,
-                  peak_rss_mb=sampler.max_rss / 2**20)  # fmt: skip
+    result.update(
+        requeues=retries,
+        eta_messages=etas,
+        max_queue=sampler.max_queue,
+        peak_rss_mb=sampler.max_rss / 2**20,
+    )
     return result
 
 
 def _summarise(tasks: list[Event], n: int, ideal: float) -> dict[str, Any]:
     heavy = sorted((t for t in tasks if t[0] == "heavy"), key=lambda t: t[3])
     light = [t for t in tasks if t[0] != "heavy"]
-    out: dict[str, Any] = {"heavy_ran": len(heavy), "light_ran": len(light),
-                           "heavy_distinct": len({t[1] for t in heavy})}  # fmt: skip
+    out: dict[str, Any] = {
+        "heavy_ran": len(heavy),
+        "light_ran": len(light),
+        "heavy_distinct": len({t[1] for t in heavy}),
+    }
     if heavy:
         span = max(t[4] for t in heavy) - heavy[0][3]
         busy = sum(t[4] - t[3] for t in heavy)
@@ -232,8 +244,10 @@ def _summarise(tasks: list[Event], n: int, ideal: float) -> dict[str, Any]:
         )
     if light:
         latency = [t[3] - t[2] for t in light]
-        out.update(light_p50_s=common.percentile(latency, 0.5),
-                   light_p99_s=common.percentile(latency, 0.99))  # fmt: skip
+        out.update(
+            light_p50_s=common.percentile(latency, 0.5),
+            light_p99_s=common.percentile(latency, 0.99),
+        )
     return out
 
 
@@ -261,8 +275,10 @@ def run(url: str, params: BacklogParams, log: Any = print) -> dict[str, Any]:
     results: dict[str, Any] = {"params": params.__dict__, "runs": []}
     for n in params.sizes:
         for policy in params.policies:
-            log(f"  backlog: {policy}, {n} heavy + "
-                f"{params.light_accounts * params.light_jobs} light tasks")  # fmt: skip
+            log(
+                f"  backlog: {policy}, {n} heavy + "
+                f"{params.light_accounts * params.light_jobs} light tasks"
+            )
             row = run_policy(url, policy, n, params, admin, log)
             if policy == "park":
                 row["targets"] = targets(row)
@@ -332,9 +348,13 @@ def section(r: dict[str, Any]) -> str:
     parks = [row for row in r["runs"] if "targets" in row]
     if parks:
         names = list(parks[0]["targets"])
-        lines += ["", "Targets of `park` (issue 15):", "",
-                  "| target | " + " | ".join(f"N={row['n']}" for row in parks) + " |",
-                  "|---|" + "---|" * len(parks)]  # fmt: skip
+        lines += [
+            "",
+            "Targets of `park` (issue 15):",
+            "",
+            "| target | " + " | ".join(f"N={row['n']}" for row in parks) + " |",
+            "|---|" + "---|" * len(parks),
+        ]
         for name in names:
             cells = " | ".join("yes" if row["targets"][name] else "**NO**" for row in parks)
             lines.append(f"| {name} | {cells} |")
@@ -348,10 +368,14 @@ def _against_relay(runs: list[dict[str, Any]]) -> list[str]:
     rows = [row for row in runs if row["policy"] in (*FLOORS, *POLICIES) and row["n"] in relay]
     if not rows:
         return []
-    lines = ["", "Redis work per task against the relay (same run; `park` targets: "
-             "commands <= 2 x, CPU <= 1.5 x, heavy concurrency >= 0.95 x):", "",
-             "| N | policy | commands | CPU | heavy concurrency |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "Redis work per task against the relay (same run; `park` targets: "
+        "commands <= 2 x, CPU <= 1.5 x, heavy concurrency >= 0.95 x):",
+        "",
+        "| N | policy | commands | CPU | heavy concurrency |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
         base = relay[row["n"]]
 
@@ -359,9 +383,11 @@ def _against_relay(runs: list[dict[str, Any]]) -> list[str]:
             a, b = row.get(field), base.get(field)
             return f"{a / b:.2f} x" if a and b else "-"
 
-        lines.append(f"| {row['n']} | `{row['policy']}` | {ratio('redis_cmds_per_task')} "
-                     f"| {ratio('redis_cpu_us_per_task')} "
-                     f"| {ratio('heavy_mean_concurrency')} |")  # fmt: skip
+        lines.append(
+            f"| {row['n']} | `{row['policy']}` | {ratio('redis_cmds_per_task')} "
+            f"| {ratio('redis_cpu_us_per_task')} "
+            f"| {ratio('heavy_mean_concurrency')} |"
+        )
     return lines
 
 
@@ -371,8 +397,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.park_bench")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(BacklogParams().sizes))
-    parser.add_argument("--policies", nargs="+", choices=CONTROLS + POLICIES,
-                        default=list(CONTROLS + POLICIES))  # fmt: skip
+    parser.add_argument(
+        "--policies", nargs="+", choices=CONTROLS + POLICIES, default=list(CONTROLS + POLICIES)
+    )
     args = parser.parse_args(argv)
     params = BacklogParams(sizes=tuple(args.sizes), policies=tuple(args.policies))
     with redis_url() as url:

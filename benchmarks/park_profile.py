@@ -82,8 +82,12 @@ def classify(lines: list[tuple[bool, str, str, str]], prefix: str) -> dict[str, 
             other["result backend: " + command] += 1
         else:
             other["broker: " + command] += 1
-    return {"calls": dict(calls), "inner": dict(inner), "other": dict(other),
-            "by_command": by_command}  # fmt: skip
+    return {
+        "calls": dict(calls),
+        "inner": dict(inner),
+        "other": dict(other),
+        "by_command": by_command,
+    }
 
 
 def main() -> int:
@@ -94,9 +98,19 @@ def main() -> int:
     port = free_port()
     data = Path(tempfile.mkdtemp(prefix="park-profile-"))
     server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
-         "--dir", str(data)], stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(data),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     try:
         deadline = time.monotonic() + 10
@@ -144,10 +158,14 @@ def report(idle: dict[str, Any], busy: dict[str, Any]) -> None:
     for name, n in sorted(busy["calls"].items()):
         inner = busy["inner"].get(name, 0)
         total_ours += (n + inner) / TASKS
-        print(f"  {name}: {n / TASKS:.2f} calls x {inner / max(n, 1):.1f} inner = "
-              f"{(n + inner) / TASKS:.1f} commands")  # fmt: skip
-        top = sorted(((c, k) for (script, k), c in busy["by_command"].items() if script == name),
-                     reverse=True)  # fmt: skip
+        print(
+            f"  {name}: {n / TASKS:.2f} calls x {inner / max(n, 1):.1f} inner = "
+            f"{(n + inner) / TASKS:.1f} commands"
+        )
+        top = sorted(
+            ((c, k) for (script, k), c in busy["by_command"].items() if script == name),
+            reverse=True,
+        )
         print("      " + ", ".join(f"{k} {c / max(n, 1):.1f}" for c, k in top))
     groups: collections.Counter[str] = collections.Counter()
     for name, n in busy["other"].items():

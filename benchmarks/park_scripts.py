@@ -75,8 +75,11 @@ def cycle(url: str, limit: int, tasks: int) -> dict[str, float]:
 
 
 def _package_at(ref: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "celery_redislock"],
-                             check=True, capture_output=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "celery_redislock"],
+        check=True,
+        capture_output=True,
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
 
@@ -89,8 +92,14 @@ def _run(url: str, limit: int, tasks: int, package: Path | None) -> dict[str, fl
         "import json, sys; from benchmarks.park_scripts import cycle; "
         "print(json.dumps(cycle(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))))"
     )
-    out = subprocess.run([sys.executable, "-c", code, url, str(limit), str(tasks)], env=env,
-                         cwd=first, check=True, capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, url, str(limit), str(tasks)],
+        env=env,
+        cwd=first,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
@@ -107,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         versions: dict[str, Path | None] = {"now": None}
         if opts.baseline:
             versions[opts.baseline] = _package_at(opts.baseline, Path(tmp))
-        print("| limit (in flight) | version | enqueue us | claim us | release us | "
-              "per task us |\n|---|---|---|---|---|---|")  # fmt: skip
+        print(
+            "| limit (in flight) | version | enqueue us | claim us | release us | "
+            "per task us |\n|---|---|---|---|---|---|"
+        )
         for limit in opts.limits:
             runs: dict[str, list[dict[str, float]]] = {v: [] for v in versions}
             for _ in range(opts.rounds):
@@ -118,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
                     runs[label].append(_run(url, limit, opts.tasks, package))
             for label in versions:
                 med = {p: statistics.median(r[p] for r in runs[label]) for p in PHASES}
-                print(f"| {limit} ({limit - 1}) | {label} | {med['enqueue']:.1f} "
-                      f"| {med['claim']:.1f} | {med['release']:.1f} "
-                      f"| {sum(med.values()):.1f} |")  # fmt: skip
+                print(
+                    f"| {limit} ({limit - 1}) | {label} | {med['enqueue']:.1f} "
+                    f"| {med['claim']:.1f} | {med['release']:.1f} "
+                    f"| {sum(med.values()):.1f} |"
+                )
     return 0
 
 

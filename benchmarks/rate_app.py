@@ -73,8 +73,7 @@ def celery_rate_limit(run: str, account: str, seq: int, sent: float) -> None:
 
 @app.task(bind=True, name="rate.retry", max_retries=None)
 def retry(self: Any, run: str, account: str, seq: int, sent: float) -> None:
-    limiter = RateLimiter(_redis(), f"rate:{run}:{account}", rate=RATE,
-                          prefix="ratebench")  # fmt: skip
+    limiter = RateLimiter(_redis(), f"rate:{run}:{account}", rate=RATE, prefix="ratebench")
     decision = limiter.try_acquire()
     if not decision:
         raise self.retry(countdown=decision.retry_after)

@@ -74,8 +74,9 @@ def _events(directory: Path, run: str) -> tuple[list[Start], int, int]:
 def max_in_window(times: list[float], window: float = 1.0) -> int:
     """The most of ``times`` in any window of ``window`` seconds starting at one of them."""
     ordered = sorted(times)
-    return max((bisect.bisect_left(ordered, t + window) - i for i, t in enumerate(ordered)),
-               default=0)  # fmt: skip
+    return max(
+        (bisect.bisect_left(ordered, t + window) - i for i, t in enumerate(ordered)), default=0
+    )
 
 
 def lateness(starts: list[float], first_sent: float, rate: float) -> list[float]:
@@ -98,8 +99,10 @@ def run_contender(url: str, contender: str, params: RateParams, admin: Any) -> d
     total = params.n + light_total
     events = Path(tempfile.mkdtemp(prefix="bench-rate-events-"))
     env = {"BENCH_EVENTS_DIR": str(events), "BENCH_RATE": f"{params.rate:g}/s"}
-    workers = [Worker("benchmarks.rate_app", url, queue, params.concurrency, env)
-               for _ in range(params.workers)]  # fmt: skip
+    workers = [
+        Worker("benchmarks.rate_app", url, queue, params.concurrency, env)
+        for _ in range(params.workers)
+    ]
     result: dict[str, Any] = {"contender": contender, "n": params.n, "light_tasks": light_total}
     try:
         for worker in workers:
@@ -113,16 +116,19 @@ def run_contender(url: str, contender: str, params: RateParams, admin: Any) -> d
                 t0 = time.monotonic()
                 for seq in range(params.n):
                     common.sleep_until(t0 + seq / params.rate)
-                    task.apply_async((run, "heavy", seq, time.time()), queue=queue,
-                                     producer=producer)  # fmt: skip
+                    task.apply_async(
+                        (run, "heavy", seq, time.time()), queue=queue, producer=producer
+                    )
             else:
                 for seq in range(params.n):
-                    task.apply_async((run, "heavy", seq, time.time()), queue=queue,
-                                     producer=producer)  # fmt: skip
+                    task.apply_async(
+                        (run, "heavy", seq, time.time()), queue=queue, producer=producer
+                    )
             for j in range(params.light_jobs):
                 for i in range(params.light_keys):
-                    task.apply_async((run, f"light{i}", j, time.time()), queue=queue,
-                                     producer=producer)  # fmt: skip
+                    task.apply_async(
+                        (run, f"light{i}", j, time.time()), queue=queue, producer=producer
+                    )
         done_key = f"ratebench:done:{run}"
         give_up = 3 * params.n / params.rate + 120
         peak_rss = idle_rss
@@ -165,12 +171,16 @@ def _summarise(starts: list[Start], params: RateParams) -> dict[str, Any]:
             if key != "heavy":
                 sent = min(s[2] for s in starts if s[0] == key)
                 late += lateness(by_key[key], sent, params.rate)
-        out.update(lateness_p50_s=common.percentile(late, 0.5),
-                   lateness_p99_s=common.percentile(late, 0.99))  # fmt: skip
+        out.update(
+            lateness_p50_s=common.percentile(late, 0.5),
+            lateness_p99_s=common.percentile(late, 0.99),
+        )
     if light:
         latency = [s[3] - s[2] for s in light]
-        out.update(light_p50_s=common.percentile(latency, 0.5),
-                   light_p99_s=common.percentile(latency, 0.99))  # fmt: skip
+        out.update(
+            light_p50_s=common.percentile(latency, 0.5),
+            light_p99_s=common.percentile(latency, 0.99),
+        )
     return out
 
 
@@ -291,9 +301,13 @@ def section(r: dict[str, Any]) -> str:
             lines.append(f"| {name} | {'yes' if met else '**NO**'} |")
     prim = r.get("primitive") or {}
     if prim:
-        lines += ["", f"One rate decision ({prim['calls']} calls, one client):", "",
-                  "| limiter | Redis CPU / call | Redis cmds / call | client / call |",
-                  "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            f"One rate decision ({prim['calls']} calls, one client):",
+            "",
+            "| limiter | Redis CPU / call | Redis cmds / call | client / call |",
+            "|---|---|---|---|",
+        ]
         for name, row in prim.items():
             if name == "calls":
                 continue
@@ -317,8 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     args = parser.parse_args(argv)
     params = QUICK if args.quick else RateParams()
-    params = RateParams(**{**params.__dict__, "contenders": tuple(args.contenders),
-                           **({"n": args.n} if args.n else {})})  # fmt: skip
+    params = RateParams(
+        **{
+            **params.__dict__,
+            "contenders": tuple(args.contenders),
+            **({"n": args.n} if args.n else {}),
+        }
+    )
     with redis_url() as url:
         results = run(url, params, lambda msg: print(msg, file=sys.stderr, flush=True))
     print(section(results))

@@ -378,9 +378,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--url", help="an existing Redis (default: a throwaway redis-server)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
-        "--baseline", action="append", default=[],
+        "--baseline",
+        action="append",
+        default=[],
         help="also run our acquire/release scripts as of this git ref (repeatable)",
-    )  # fmt: skip
+    )
     opts = parser.parse_args(argv)
     server = None if opts.url else RedisServer().start()
     url = opts.url or server.url  # type: ignore[union-attr]
@@ -394,8 +396,10 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"uncontended": un, "contended": co}, indent=1))
         return
     ref = un["redis-py Lock"]
-    print(f"{'contender':40} {'Redis CPU us/cycle':>19} {'x redis-py':>10} "
-          f"{'evalsha us':>10} {'cycles/s':>9} {'x':>5}  calls per cycle")  # fmt: skip
+    print(
+        f"{'contender':40} {'Redis CPU us/cycle':>19} {'x redis-py':>10} "
+        f"{'evalsha us':>10} {'cycles/s':>9} {'x':>5}  calls per cycle"
+    )
     for name, row in un.items():
         ev = row["evalsha_usec_per_call"]
         calls = " ".join(f"{c}={v:.2g}" for c, v in sorted(row["calls_per_cycle"].items()))

@@ -258,10 +258,15 @@ def celery_section(r: dict[str, Any]) -> str:
     if calls:
         p = r["params"]
         rows = [
-            [name, _fmt(v["calls_per_s"]), _fmt(v["evalsha_per_task"], 2),
-             _fmt(v["server_cmds_per_task"], 1), _fmt(v.get("redis_cpu_us"), 0)]
+            [
+                name,
+                _fmt(v["calls_per_s"]),
+                _fmt(v["evalsha_per_task"], 2),
+                _fmt(v["server_cmds_per_task"], 1),
+                _fmt(v.get("redis_cpu_us"), 0),
+            ]
             for name, v in calls["rows"].items()
-        ]  # fmt: skip
+        ]
         out.append(
             f"\n#### Celery: what every call pays, a key per call ({p['calls']} calls per kind, "
             f"medians of {p['runs']} runs)\n\n"
@@ -316,11 +321,12 @@ def celery_section(r: dict[str, Any]) -> str:
                 name,
                 v["what"],
                 f"{v['ttl_s']:g} s" if v.get("ttl_s") else "none",
-                f"{v['free_after_s']:.2f} s" if v.get("free_after_s") is not None else
-                f"still held after {v['gave_up_after_s']:g} s (key TTL left: {v['ttl_left']})",
+                f"{v['free_after_s']:.2f} s"
+                if v.get("free_after_s") is not None
+                else f"still held after {v['gave_up_after_s']:g} s (key TTL left: {v['ttl_left']})",
             ]
             for name, v in crash.items()
-        ]  # fmt: skip
+        ]
         out.append(
             "\n#### SIGKILL of the worker child running a locked task (ours: median of "
             f"{r['params']['runs']} kills)\n\n"
@@ -337,29 +343,51 @@ def targets_section(results: dict[str, Any]) -> str:
         ours = c[OURS]
         best_peer = max((v["uncontended"]["cycles_per_s"], k) for k, v in c.items() if k != OURS)
         u = ours["uncontended"]["cycles_per_s"]
-        rows.append(["uncontended cycles >= fastest peer",
-                     f"{u:,.0f}/s vs {best_peer[1]} {best_peer[0]:,.0f}/s",
-                     _met(u >= best_peer[0])])  # fmt: skip
+        rows.append(
+            [
+                "uncontended cycles >= fastest peer",
+                f"{u:,.0f}/s vs {best_peer[1]} {best_peer[0]:,.0f}/s",
+                _met(u >= best_peer[0]),
+            ]
+        )
         h = ours["handoff"]
         rows.append(["hand-off p50 < 1 ms", f"{h['p50_ms']:.2f} ms", _met(h["p50_ms"] < 1)])
         rows.append(["hand-off p99 < 5 ms", f"{h['p99_ms']:.2f} ms", _met(h["p99_ms"] < 5)])
         f = ours["fairness"]
-        rows.append(["no process below half the mean", f"min/mean {f['min_over_mean']:.2f}",
-                     _met(f["min_over_mean"] >= 0.5)])  # fmt: skip
-        rows.append(["commands / acquisition close to 2 under contention",
-                     f"{f['client_cmds_per_acq']:.2f} sent",
-                     _met(f["client_cmds_per_acq"] <= 2.5)])  # fmt: skip
+        rows.append(
+            [
+                "no process below half the mean",
+                f"min/mean {f['min_over_mean']:.2f}",
+                _met(f["min_over_mean"] >= 0.5),
+            ]
+        )
+        rows.append(
+            [
+                "commands / acquisition close to 2 under contention",
+                f"{f['client_cmds_per_acq']:.2f} sent",
+                _met(f["client_cmds_per_acq"] <= 2.5),
+            ]
+        )
     sems = results.get("semaphores")
     if sems:
         c = sems["contenders"]
         many = str(sems["params"]["clients"][-1])
         ratio = c[OURS_SEM][many]["ops_per_s"] / max(c[BOOK_WITH_LOCK][many]["ops_per_s"], 1e-9)
-        rows.append([f"semaphore >= 3x Redis in Action with lock ({many} clients)", f"{ratio:.2f}x",
-                     _met(ratio >= 3)])  # fmt: skip
-        over = [k for k, v in c.items() if k.startswith("celery-redislock")
-                and any(row["over_limit"] for row in v.values())]  # fmt: skip
-        rows.append(["zero over-limit (ours)", "none" if not over else ", ".join(over),
-                     _met(not over)])  # fmt: skip
+        rows.append(
+            [
+                f"semaphore >= 3x Redis in Action with lock ({many} clients)",
+                f"{ratio:.2f}x",
+                _met(ratio >= 3),
+            ]
+        )
+        over = [
+            k
+            for k, v in c.items()
+            if k.startswith("celery-redislock") and any(row["over_limit"] for row in v.values())
+        ]
+        rows.append(
+            ["zero over-limit (ours)", "none" if not over else ", ".join(over), _met(not over)]
+        )
     mkt = results.get("market")
     if mkt:
         ok = True
@@ -372,8 +400,13 @@ def targets_section(results: dict[str, Any]) -> str:
             )
             ok &= ours_row["bought"] >= book_row["bought"] and ours_row["retries"] == 0
             detail.append(f"{s}/{b}: {ours_row['bought']:.0f} vs {book_row['bought']:.0f}")
-        rows.append(["market: ours >= Redis in Action fine lock on bought, 0 retries",
-                     "; ".join(sorted(detail)), _met(ok)])  # fmt: skip
+        rows.append(
+            [
+                "market: ours >= Redis in Action fine lock on bought, 0 retries",
+                "; ".join(sorted(detail)),
+                _met(ok),
+            ]
+        )
     cel = results.get("celery", {})
     t = cel.get("throughput")
     if t and "plain Task" in t:
@@ -381,8 +414,9 @@ def targets_section(results: dict[str, Any]) -> str:
         for name, v in t.items():
             if name not in ("plain Task", CONTROL):
                 overhead = 100 * (1 - v["tasks_per_s"] / base)
-                rows.append([f"Celery {name} overhead <= 10 %", f"{overhead:.1f} %",
-                             _met(overhead <= 10)])  # fmt: skip
+                rows.append(
+                    [f"Celery {name} overhead <= 10 %", f"{overhead:.1f} %", _met(overhead <= 10)]
+                )
     calls = cel.get("calls")
     if calls:
         rows.append(
@@ -401,9 +435,13 @@ def targets_section(results: dict[str, Any]) -> str:
         )
     hb = cel.get("heartbeat")
     if hb:
-        rows.append(["heartbeat: one batched call per interval per process",
-                     f"{hb['calls_per_beat']:.2f} calls / beat for {hb['leases']} leases",
-                     _met(hb["calls_per_beat"] <= 1.0)])  # fmt: skip
+        rows.append(
+            [
+                "heartbeat: one batched call per interval per process",
+                f"{hb['calls_per_beat']:.2f} calls / beat for {hb['leases']} leases",
+                _met(hb["calls_per_beat"] <= 1.0),
+            ]
+        )
     if not rows:
         return ""
     return "#### Targets\n\n" + _table(["target", "measured", "met"], rows)
@@ -453,38 +491,72 @@ def chart(results: dict[str, Any], path: Path) -> None:
     if locks:
         c = locks["contenders"]
         names = [_short(n) for n in c]
-        panels.append(("uncontended lock cycles/s", names,
-                       {"cycles/s": [v["uncontended"]["cycles_per_s"] for v in c.values()]},
-                       False))  # fmt: skip
-        panels.append(("lock hand-off latency (ms, log)", names,
-                       {"p50": [v["handoff"]["p50_ms"] for v in c.values()],
-                        "p99": [v["handoff"]["p99_ms"] for v in c.values()]}, True))  # fmt: skip
+        panels.append(
+            (
+                "uncontended lock cycles/s",
+                names,
+                {"cycles/s": [v["uncontended"]["cycles_per_s"] for v in c.values()]},
+                False,
+            )
+        )
+        panels.append(
+            (
+                "lock hand-off latency (ms, log)",
+                names,
+                {
+                    "p50": [v["handoff"]["p50_ms"] for v in c.values()],
+                    "p99": [v["handoff"]["p99_ms"] for v in c.values()],
+                },
+                True,
+            )
+        )
         procs = locks["params"]["fair_procs"]
-        panels.append((f"fairness: acquisitions per process ({procs} procs)",
-                       names, {"min": [v["fairness"]["min"] for v in c.values()],
-                               "max": [v["fairness"]["max"] for v in c.values()]},
-                       False))  # fmt: skip
+        panels.append(
+            (
+                f"fairness: acquisitions per process ({procs} procs)",
+                names,
+                {
+                    "min": [v["fairness"]["min"] for v in c.values()],
+                    "max": [v["fairness"]["max"] for v in c.values()],
+                },
+                False,
+            )
+        )
     sems = results.get("semaphores")
     if sems:
         c = sems["contenders"]
         names = [_short(n) for n in c]
-        series = {f"{n} clients": [v[str(n)]["ops_per_s"] for v in c.values()]
-                  for n in sems["params"]["clients"]}  # fmt: skip
+        series = {
+            f"{n} clients": [v[str(n)]["ops_per_s"] for v in c.values()]
+            for n in sems["params"]["clients"]
+        }
         panels.append(("semaphore ops/s", names, series, False))
     mkt = results.get("market")
     if mkt:
         loads = sorted({(r["sellers"], r["buyers"]) for r in mkt["rows"]})
         modes = list(dict.fromkeys(r["mode"] for r in mkt["rows"]))
         series = {
-            m: [next(r["bought"] for r in mkt["rows"] if r["mode"] == m
-                     and (r["sellers"], r["buyers"]) == load) for load in loads]
+            m: [
+                next(
+                    r["bought"]
+                    for r in mkt["rows"]
+                    if r["mode"] == m and (r["sellers"], r["buyers"]) == load
+                )
+                for load in loads
+            ]
             for m in modes
-        }  # fmt: skip
+        }
         panels.append(("market: items bought", [f"{s}/{b}" for s, b in loads], series, False))
     t = results.get("celery", {}).get("throughput")
     if t:
-        panels.append(("Celery no-op tasks/s", list(t),
-                       {"tasks/s": [v["tasks_per_s"] for v in t.values()]}, False))  # fmt: skip
+        panels.append(
+            (
+                "Celery no-op tasks/s",
+                list(t),
+                {"tasks/s": [v["tasks_per_s"] for v in t.values()]},
+                False,
+            )
+        )
     if not panels:
         return
     cols = 2
@@ -504,8 +576,9 @@ def chart(results: dict[str, Any], path: Path) -> None:
             ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(f"celery-redislock benchmarks ({results['mode']} run, "
-                 f"{results['machine']['date']})")  # fmt: skip
+    fig.suptitle(
+        f"celery-redislock benchmarks ({results['mode']} run, {results['machine']['date']})"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

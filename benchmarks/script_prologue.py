@@ -32,9 +32,10 @@ SHIPPED = {
     "park_claim.lua": (19, 8),
     "park_release.lua": (19, 8),
 }
-CONTROLS = {"control: return only": "return 1\n", "control: TIME only": (
-    "local t = redis.call('TIME')\nreturn 1\n"
-)}  # fmt: skip
+CONTROLS = {
+    "control: return only": "return 1\n",
+    "control: TIME only": ("local t = redis.call('TIME')\nreturn 1\n"),
+}
 
 
 def prologue(name: str) -> str:
@@ -63,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="an existing Redis (default: a throwaway redis-server)")
     opts = parser.parse_args(argv)
     bodies = {label: (body, 8, 6) for label, body in CONTROLS.items()}
-    bodies.update({f"{name} prologue": (prologue(name), *shape)
-                   for name, shape in SHIPPED.items()})  # fmt: skip
+    bodies.update({f"{name} prologue": (prologue(name), *shape) for name, shape in SHIPPED.items()})
     with common.redis_at(opts.url) as url:
         client = redis.Redis.from_url(url)
         times: dict[str, list[float]] = {label: [] for label in bodies}

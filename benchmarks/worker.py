@@ -24,26 +24,54 @@ class Worker:
     """``celery -A <app> worker`` (prefork) in its own session; ``stop()`` kills the group."""
 
     def __init__(
-        self, app: str, url: str, queues: str, concurrency: int,
+        self,
+        app: str,
+        url: str,
+        queues: str,
+        concurrency: int,
         env: Mapping[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="bench-worker-"))
         self.ready = self.dir / "ready"
         self.log = self.dir / "worker.log"
         self.name = f"bench{os.getpid()}-{uuid.uuid4().hex[:6]}@localhost"
-        env = {**os.environ, **(env or {}), "BENCH_REDIS_URL": url,
-               "BENCH_READY_FILE": str(self.ready)}  # fmt: skip
+        env = {
+            **os.environ,
+            **(env or {}),
+            "BENCH_REDIS_URL": url,
+            "BENCH_READY_FILE": str(self.ready),
+        }
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         cmd = [
-            sys.executable, "-m", "celery", "-A", app, "worker",
-            "-P", "prefork", "-c", str(concurrency), "-Q", queues, "-n", self.name,
-            "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "warning",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            app,
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-Q",
+            queues,
+            "-n",
+            self.name,
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "warning",
+        ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                cmd,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
 
     def wait_ready(self, timeout: float = 120) -> None:
         wait(lambda: self.ready.exists() or self.proc.poll() is not None, timeout, "worker")

@@ -132,9 +132,12 @@ class GuardedTask(Task):  # type: ignore[misc]
             cls._redislock_keys = keys
             task = getattr(cls, "name", cls.__name__)
             cls._redislock_slots = PerCall(
-                cls._redislock_limit_option(), keys.signature, task, "semaphore_limit",
+                cls._redislock_limit_option(),
+                keys.signature,
+                task,
+                "semaphore_limit",
                 check_limit_value,
-            )  # fmt: skip
+            )
             check_policy(cls.lock_policy)
             options.validate(cls)
             check_options(cls)
@@ -190,9 +193,14 @@ class GuardedTask(Task):  # type: ignore[misc]
         """A lease-set object for ``name`` on the app's Redis (for inspection or
         holding); see :func:`celery_redislock.run.task_lease_set.lease_set_for`."""
         return lease_set_for(
-            self, name, ttl=ttl, limit=limit, owner_prefix=owner_prefix, on_lost=on_lost,
+            self,
+            name,
+            ttl=ttl,
+            limit=limit,
+            owner_prefix=owner_prefix,
+            on_lost=on_lost,
             task_id=task_id,
-        )  # fmt: skip
+        )
 
     def apply_async(
         self,
@@ -284,8 +292,9 @@ class GuardedTask(Task):  # type: ignore[misc]
         """
         request = self.request
         lease_set = getattr(request, "redislock", None)
-        keeps_turn = getattr(getattr(request, "redislock_policy", None), "retry_keeps_its_turn",
-                             False)  # fmt: skip
+        keeps_turn = getattr(
+            getattr(request, "redislock_policy", None), "retry_keeps_its_turn", False
+        )
         if throw and lease_set is not None and not request.called_directly and not keeps_turn:
             self._redislock_release(request, lease_set, "retry")
         return super().retry(*args, throw=throw, **kwargs)
@@ -308,8 +317,15 @@ class GuardedTask(Task):  # type: ignore[misc]
         """Delete the enqueue marker of this call's key if ``task_id`` holds it."""
         return dedupe.clear_for(self, task_id, args, kwargs)
 
-    def redislock_cleanup(self, task_id: str, pid: int, args: Any, kwargs: Any,
-                          headers: Mapping[str, Any], reason: str) -> int:  # fmt: skip
+    def redislock_cleanup(
+        self,
+        task_id: str,
+        pid: int,
+        args: Any,
+        kwargs: Any,
+        headers: Mapping[str, Any],
+        reason: str,
+    ) -> int:
         """Release what ``task_id`` held in the dead child ``pid`` (worker main process)."""
         return release_dead_child(self, task_id, pid, args, kwargs, headers, reason)
 

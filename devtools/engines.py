@@ -91,21 +91,27 @@ class LocalCluster(StartStop):
                 node = RedisServer(
                     port=cluster_port(),
                     extra_args=[
-                        "--cluster-enabled", "yes",
-                        "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", str(self.node_timeout_ms),
-                        "--repl-diskless-sync-delay", "0",
-                    ]
-                )  # fmt: skip
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        str(self.node_timeout_ms),
+                        "--repl-diskless-sync-delay",
+                        "0",
+                    ],
+                )
                 self.nodes.append(node)
                 node.start()
             create = [
                 find_redis_server("redis-cli"),
-                "--cluster", "create",
+                "--cluster",
+                "create",
                 *(f"127.0.0.1:{port}" for port in self.ports),
-                "--cluster-replicas", str(self.replicas),
+                "--cluster-replicas",
+                str(self.replicas),
                 "--cluster-yes",
-            ]  # fmt: skip
+            ]
             done = subprocess.run(create, capture_output=True, text=True, timeout=timeout)
             if done.returncode != 0:
                 raise RuntimeError(

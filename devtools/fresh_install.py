@@ -49,8 +49,9 @@ def main() -> int:
         python = env_dir / "bin" / "python"
         installed = subprocess.run(
             [str(python), "-m", "pip", "install", "-q", str(ROOT)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         if installed.returncode != 0:
             print(f"fresh install: pip install . failed:\n{installed.stderr}", file=sys.stderr)
             return 1
@@ -65,14 +66,22 @@ def main() -> int:
             log_path = here / "worker.log"
             with log_path.open("w") as log:
                 worker = subprocess.Popen(
-                    ["bash", "-c", f"exec {worker_line}"], cwd=app_dir, env=env,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                )  # fmt: skip
+                    ["bash", "-c", f"exec {worker_line}"],
+                    cwd=app_dir,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 try:
                     sent = subprocess.run(
-                        ["bash", "-c", send_line], cwd=app_dir, env=env,
-                        capture_output=True, text=True, timeout=120,
-                    )  # fmt: skip
+                        ["bash", "-c", send_line],
+                        cwd=app_dir,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                    )
                 finally:
                     os.killpg(worker.pid, signal.SIGTERM)
                     worker.wait(60)

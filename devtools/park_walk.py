@@ -131,15 +131,37 @@ def main() -> int:
         url = server.url
         prefix = f"walk{os.getpid()}"
         trace = Path(tempfile.gettempdir()) / f"park-walk-{os.getpid()}.log"
-        env = {**os.environ, "PARK_WALK_REDIS": url, "PARK_WALK_PREFIX": prefix,
-               "PARK_WALK_TRACE": str(trace), "PYTHONPATH": str(ROOT)}  # fmt: skip
-        app.conf.update(broker_url=url, result_backend=url, redislock_prefix=prefix,
-                        task_default_queue=prefix)  # fmt: skip
+        env = {
+            **os.environ,
+            "PARK_WALK_REDIS": url,
+            "PARK_WALK_PREFIX": prefix,
+            "PARK_WALK_TRACE": str(trace),
+            "PYTHONPATH": str(ROOT),
+        }
+        app.conf.update(
+            broker_url=url, result_backend=url, redislock_prefix=prefix, task_default_queue=prefix
+        )
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "devtools.park_walk", "worker", "-P", "solo",
-             "-Q", prefix, "--without-gossip", "--without-mingle", "-l", "WARNING"],
-            env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "devtools.park_walk",
+                "worker",
+                "-P",
+                "solo",
+                "-Q",
+                prefix,
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "WARNING",
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
         try:
             gate = f"{prefix}:gate"
             first = job.delay("k", gate)
@@ -171,8 +193,11 @@ def main() -> int:
         tail = calls[calls.index(f"{MARK}:postrun:['k', '{gate}']") :]
         run = _segment(tail, f"{MARK}:received:walk.job", f"{MARK}:postrun")
         print(f"{'part':<34} {'calls':>6} {'functions':>10} {'modules':>8}")
-        parts = [("caller: B.delay() (parks)", caller), ("worker: A's release (promotes B)",
-                 release), ("worker: B received, claimed, run", run)]  # fmt: skip
+        parts = [
+            ("caller: B.delay() (parks)", caller),
+            ("worker: A's release (promotes B)", release),
+            ("worker: B received, claimed, run", run),
+        ]
         for name, part in parts:
             print(_summary(name, part))
         print(_summary("in all", caller + release + run))

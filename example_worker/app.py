@@ -121,9 +121,13 @@ def refresh_cache(self: Task, user_id: int, query_seconds: float = 2.0) -> str:
     slow_query(query_seconds)
     stored = fenced_store(key, lock.token, f"profile of user {user_id}")
     rec.run(
-        task="refresh_cache", user=user_id, outcome="rebuilt" if stored else "stale-write-refused",
-        token=lock.token, start=start, end=time.time(),
-    )  # fmt: skip
+        task="refresh_cache",
+        user=user_id,
+        outcome="rebuilt" if stored else "stale-write-refused",
+        token=lock.token,
+        start=start,
+        end=time.time(),
+    )
     return "rebuilt"
 
 
@@ -131,9 +135,12 @@ def refresh_cache(self: Task, user_id: int, query_seconds: float = 2.0) -> str:
 
 
 @app.task(
-    bind=True, base=SemaphoreTask, semaphore_key="account:{account_id}",
-    semaphore_limit=ACCOUNT_LIMIT, lock_policy="park",
-)  # fmt: skip
+    bind=True,
+    base=SemaphoreTask,
+    semaphore_key="account:{account_id}",
+    semaphore_limit=ACCOUNT_LIMIT,
+    lock_policy="park",
+)
 def sync_account(self: Task, account_id: str, job: int, seconds: float = 0.3) -> int:
     """Sync one batch of ``account_id`` with a rate-limited partner API.
 
@@ -143,9 +150,14 @@ def sync_account(self: Task, account_id: str, job: int, seconds: float = 0.3) ->
     start = time.time()
     slow_query(seconds)
     recorder().run(
-        task="sync_account", account=account_id, job=job, task_id=self.request.id,
-        token=self.request.redislock.token, start=start, end=time.time(),
-    )  # fmt: skip
+        task="sync_account",
+        account=account_id,
+        job=job,
+        task_id=self.request.id,
+        token=self.request.redislock.token,
+        start=start,
+        end=time.time(),
+    )
     return job
 
 
@@ -153,9 +165,12 @@ def sync_account(self: Task, account_id: str, job: int, seconds: float = 0.3) ->
 
 
 @app.task(
-    bind=True, base=LockedTask, lock_key="report:{account_id}", lock_policy="wait",
+    bind=True,
+    base=LockedTask,
+    lock_key="report:{account_id}",
+    lock_policy="wait",
     lock_wait_timeout=120,
-)  # fmt: skip
+)
 def generate_report(self: Task, account_id: str, seconds: float = 0.5) -> int:
     """Build the monthly report of ``account_id``, one at a time.
 
@@ -166,9 +181,13 @@ def generate_report(self: Task, account_id: str, seconds: float = 0.5) -> int:
     slow_query(seconds)
     token = int(self.request.redislock.token)
     recorder().run(
-        task="generate_report", account=account_id, task_id=self.request.id, token=token,
-        start=start, end=time.time(),
-    )  # fmt: skip
+        task="generate_report",
+        account=account_id,
+        task_id=self.request.id,
+        token=token,
+        start=start,
+        end=time.time(),
+    )
     return token
 
 

@@ -37,9 +37,19 @@ __all__ = ["main", "run_demo", "stop_group", "worker_command", "worker_process"]
 def worker_command(concurrency: int = 8) -> list[str]:
     """The worker command line (docker-compose.yml runs the same one)."""
     return [
-        "celery", "-A", "example_worker.app", "worker", "-P", "prefork", "-c", str(concurrency),
-        "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-    ]  # fmt: skip
+        "celery",
+        "-A",
+        "example_worker.app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
 
 
 @contextlib.contextmanager

@@ -272,9 +272,12 @@ def write_timeline(report: Report, path: Path) -> Path:
         top.step(xs, ys, where="post", label=name, linewidth=2 if name == HEAVY else 1.2)
     top.axhline(ACCOUNT_LIMIT, color="red", linestyle="--", linewidth=1)
     top.annotate(
-        f"semaphore_limit={ACCOUNT_LIMIT}", (0, ACCOUNT_LIMIT), color="red",
-        xytext=(4, 4), textcoords="offset points",
-    )  # fmt: skip
+        f"semaphore_limit={ACCOUNT_LIMIT}",
+        (0, ACCOUNT_LIMIT),
+        color="red",
+        xytext=(4, 4),
+        textcoords="offset points",
+    )
     top.set_ylabel("sync_account running")
     top.set_title("Running tasks per account (fair semaphore) and lock holders over time")
     top.legend(loc="upper right", fontsize="small")
@@ -292,9 +295,12 @@ def write_timeline(report: Report, path: Path) -> Path:
             lanes.append(lane)
         y = lanes.index(lane)
         bottom.broken_barh(
-            [(r["start"] - origin, r["end"] - r["start"])], (y - 0.35, 0.7), color=color,
-            edgecolor="black", linewidth=0.5,
-        )  # fmt: skip
+            [(r["start"] - origin, r["end"] - r["start"])],
+            (y - 0.35, 0.7),
+            color=color,
+            edgecolor="black",
+            linewidth=0.5,
+        )
     bottom.set_yticks(range(len(lanes)), lanes)
     bottom.set_ylabel("lock held by")
     bottom.set_xlabel("seconds since the first task was sent")

@@ -87,9 +87,13 @@ class WorkerProcess:
         ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                cmd,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + timeout
         while not self.ready_file.exists():
             if self.proc.poll() is not None:

@@ -100,15 +100,27 @@ def redislock(
     type=click.IntRange(min=0),
     help="Waiters listed per name in text output (--json lists all).",
 )
-@click.option("--top", "top", type=click.IntRange(min=1),
-              help="Only the N busiest keys, one line each (docs/cli.md).")  # fmt: skip
-@click.option("--watch", "every", type=click.FloatRange(min=0, min_open=True),
-              help="With --top: redraw every S seconds until Ctrl-C.")  # fmt: skip
+@click.option(
+    "--top",
+    "top",
+    type=click.IntRange(min=1),
+    help="Only the N busiest keys, one line each (docs/cli.md).",
+)
+@click.option(
+    "--watch",
+    "every",
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --top: redraw every S seconds until Ctrl-C.",
+)
 @connection_options
 def status(
-    target: Target, as_json: bool, match: str, max_waiters: int, top: int | None,
+    target: Target,
+    as_json: bool,
+    match: str,
+    max_waiters: int,
+    top: int | None,
     every: float | None,
-) -> None:  # fmt: skip
+) -> None:
     """List held locks and semaphores: holders, fencing tokens, ages, waiters."""
     if every is not None and top is None:
         raise Mistake("--watch goes with --top N")
@@ -117,13 +129,20 @@ def status(
         return
     with redis_errors(target):
         snap = snapshot(target.client, target.prefix, match)
-        parked = [r for r in parking.status(target.client, target.prefix)
-                  if fnmatch.fnmatchcase(r.name, match)]  # fmt: skip
+        parked = [
+            r
+            for r in parking.status(target.client, target.prefix)
+            if fnmatch.fnmatchcase(r.name, match)
+        ]
         stated = _statements(target, snap)
     snap = replace(snap, lease_sets=tuple(target.with_limits(snap.lease_sets)))
     if as_json:
-        body = {"url": target.url, **snap.as_dict(), "parked": [vars(r) for r in parked],
-                "last_statement_ago": stated}  # fmt: skip
+        body = {
+            "url": target.url,
+            **snap.as_dict(),
+            "parked": [vars(r) for r in parked],
+            "last_statement_ago": stated,
+        }
         click.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
     else:
         click.echo(format_snapshot(snap, target.url, max_waiters, stated))
@@ -195,8 +214,12 @@ def limit() -> None:
 
 @limit.command(name="set")
 @click.argument("name")
-@click.option("--limit", "slots", type=click.IntRange(min=1),
-              help="Runs at once (semaphores; a lock stays exclusive).")  # fmt: skip
+@click.option(
+    "--limit",
+    "slots",
+    type=click.IntRange(min=1),
+    help="Runs at once (semaphores; a lock stays exclusive).",
+)
 @click.option("--rate", help='Starts per period: "500/m", "20/s", or a number per second.')
 @click.option("--burst", type=click.IntRange(min=1), help="Starts back to back (with --rate; 1).")
 @connection_options
@@ -241,8 +264,10 @@ def limit_show(target: Target, names: tuple[str, ...], as_json: bool) -> None:
         listed = list(names) or overridden_names(target.client, target.prefix)
         rows = {name: _overrides(target, name).get() for name in listed}
     if as_json:
-        body = {n: {"limit": o.limit, "rate": o.rate and str(o.rate), "burst": o.burst}
-                for n, o in rows.items()}  # fmt: skip
+        body = {
+            n: {"limit": o.limit, "rate": o.rate and str(o.rate), "burst": o.burst}
+            for n, o in rows.items()
+        }
         click.echo(json.dumps(body, indent=2, sort_keys=True))
     else:
         click.echo("\n".join(f"{n}  {o}" for n, o in rows.items()) or "no overrides")
@@ -365,8 +390,9 @@ def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_
 def _statements(target: Target, snap: Snapshot) -> dict[str, float]:
     """Per holder owner: seconds since its worker process last stated its
     holdings (core/liveness.py); holders without a statement are left out."""
-    holders = [(ls, h) for ls in snap.lease_sets for h in ls.holders
-               if isinstance(h.meta.get("proc"), str)]  # fmt: skip
+    holders = [
+        (ls, h) for ls in snap.lease_sets for h in ls.holders if isinstance(h.meta.get("proc"), str)
+    ]
     stated = liveness.last_statements(
         target.client, target.prefix, {h.meta["proc"] for _, h in holders}
     )

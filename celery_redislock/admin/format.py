@@ -112,21 +112,23 @@ def _format_state(ls: LeaseSetState, max_waiters: int, stated: dict[str, float])
         rows.append(
             (
                 str(h.token),
-                str(h.meta.get("task_id") or "-") if is_reservation
+                str(h.meta.get("task_id") or "-")
+                if is_reservation
                 else task_id_of(h.owner, h.meta) or "-",
-                "(promoted, not yet started)" if is_reservation
-                else str(h.meta.get("task") or "-"),
+                "(promoted, not yet started)" if is_reservation else str(h.meta.get("task") or "-"),
                 "-" if is_reservation else f"{h.meta.get('host', '?')}:{h.meta.get('pid', '?')}",
                 _alive(stated, h.owner),
                 _seconds(max(ls.now - h.acquired_at, 0.0)),
                 f"{_seconds(max(h.expires_in, 0.0))}/{_seconds(h.ttl)}",
                 h.owner,
             )
-        )  # fmt: skip
+        )
     if ls.holders:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                  for r in rows]  # fmt: skip
+        lines += [
+            "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows
+        ]
     for i, w in enumerate(ls.waiters[:max_waiters]):
         lines.append(f"  waiting #{i + 1}: {who(w.owner, w.meta)}  owner {w.owner}")
     if len(ls.waiters) > max_waiters:

@@ -62,8 +62,10 @@ class RedisGauges:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        parks = [Parking(self.client, self.prefix, n).status(count=1)
-                 for n in indexed_names(self.client, self.prefix)]  # fmt: skip
+        parks = [
+            Parking(self.client, self.prefix, n).status(count=1)
+            for n in indexed_names(self.client, self.prefix)
+        ]
         families = [*self._park_values(parks)]
         if not is_cluster(self.client):
             families = [*self._slot_values({p.name: p for p in parks}), *families]
@@ -108,8 +110,9 @@ class RedisGauges:
                 continue
             labels = self._labels(self._task_of(state, park), row.kind)
             in_use[labels] = in_use.get(labels, 0) + used
-            at_limit[labels] = at_limit.get(labels, 0) + int(bool(row.limit) and
-                                                             used >= (row.limit or 0))  # fmt: skip
+            at_limit[labels] = at_limit.get(labels, 0) + int(
+                bool(row.limit) and used >= (row.limit or 0)
+            )
         return [
             ("redislock_slots_in_use", "slots held or reserved", in_use),
             ("redislock_keys_at_limit", "keys whose slots in use reach their limit", at_limit),

@@ -42,9 +42,14 @@ def rank(rows: Iterable[KeyRow]) -> list[KeyRow]:
     each descending, then the name."""
     return sorted(
         rows,
-        key=lambda r: (-r.parked, -(r.held + r.reserved), -r.waiting,
-                       -(r.oldest_parked_age or 0.0), r.name),
-    )  # fmt: skip
+        key=lambda r: (
+            -r.parked,
+            -(r.held + r.reserved),
+            -r.waiting,
+            -(r.oldest_parked_age or 0.0),
+            r.name,
+        ),
+    )
 
 
 def key_row(

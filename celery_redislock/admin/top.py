@@ -51,8 +51,11 @@ def top_rows(target: Target, match: str, count: int) -> tuple[int, list[KeyRow]]
     """The number of busy keys matching ``match``, and the ``count`` busiest."""
     with redis_errors(target):
         states = {s.name: s for s in snapshot(target.client, target.prefix, match).lease_sets}
-        parks = {p.name: p for p in parking.status(target.client, target.prefix)
-                 if fnmatch.fnmatchcase(p.name, match)}  # fmt: skip
+        parks = {
+            p.name: p
+            for p in parking.status(target.client, target.prefix)
+            if fnmatch.fnmatchcase(p.name, match)
+        }
         states = {s.name: s for s in target.with_limits(states.values())}
         rows = rank(key_row(n, states.get(n), parks.get(n), None) for n in {*states, *parks})
         # The limit and pause of the rows shown only: one override read and
@@ -82,32 +85,49 @@ def format_top(rows: list[KeyRow], total: int, url: str, prefix: str, every: flo
     stamp = time.strftime("%H:%M:%S  ") if every else ""
     if not rows:
         return f"{stamp}nothing held, waiting or parked {where}{watching}"
-    table = [("KEY", "KIND", "HELD", "RESERVED", "WAITING", "PARKED", "OLDEST", "PAUSED",
-              "NEXT DUE")]  # fmt: skip
+    table = [
+        ("KEY", "KIND", "HELD", "RESERVED", "WAITING", "PARKED", "OLDEST", "PAUSED", "NEXT DUE")
+    ]
     for r in rows:
-        table.append((
-            r.name, r.kind, f"{r.held}/{r.limit}" if r.limit else str(r.held), str(r.reserved),
-            str(r.waiting), str(r.parked), _age(r.oldest_parked_age),
-            _age(r.paused_for or None), f"{r.next_due_in:.3f}s" if r.next_due_in else "-",
-        ))  # fmt: skip
+        table.append(
+            (
+                r.name,
+                r.kind,
+                f"{r.held}/{r.limit}" if r.limit else str(r.held),
+                str(r.reserved),
+                str(r.waiting),
+                str(r.parked),
+                _age(r.oldest_parked_age),
+                _age(r.paused_for or None),
+                f"{r.next_due_in:.3f}s" if r.next_due_in else "-",
+            )
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = [f"{stamp}top {len(rows)} of {total} busy key(s) {where}, busiest first "
-             f"by ({ORDER}){watching}"]  # fmt: skip
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-              for row in table]  # fmt: skip
+    lines = [
+        f"{stamp}top {len(rows)} of {total} busy key(s) {where}, busiest first "
+        f"by ({ORDER}){watching}"
+    ]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table
+    ]
     return "\n".join(lines)
 
 
 def top_json(rows: list[KeyRow], url: str, prefix: str) -> str:
     """One JSON frame, on one line."""
-    return json.dumps({"url": url, "prefix": prefix, "top": [asdict(r) for r in rows]},
-                      sort_keys=True)  # fmt: skip
+    return json.dumps(
+        {"url": url, "prefix": prefix, "top": [asdict(r) for r in rows]}, sort_keys=True
+    )
 
 
 def watch(
-    frame: Callable[[], str], every: float, out: IO[str], clear: bool,
-    sleep: Callable[[float], None] = time.sleep, separator: str = "\n",
-) -> None:  # fmt: skip
+    frame: Callable[[], str],
+    every: float,
+    out: IO[str],
+    clear: bool,
+    sleep: Callable[[float], None] = time.sleep,
+    separator: str = "\n",
+) -> None:
     """Write ``frame()`` every ``every`` seconds until Ctrl-C, which ends it
     quietly; ``clear``: each frame replaces the last (a terminal), else frames
     follow each other, ``separator`` between two."""

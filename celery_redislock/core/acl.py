@@ -26,12 +26,34 @@ __all__ = ["CLIENT_COMMANDS", "CLUSTER_COMMANDS", "SCRIPT_COMMANDS", "acl_rules"
 CLIENT_COMMANDS = ("evalsha", "eval", "script|load", "blpop", "ping", "wait", "subscribe")
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 SCRIPT_COMMANDS = (
-    "time", "get", "set", "del", "exists", "pttl", "pexpire", "rpush",
-    "zadd", "zrem", "zcard", "zscore", "zrange", "zrangebyscore", "zremrangebyscore",
+    "time",
+    "get",
+    "set",
+    "del",
+    "exists",
+    "pttl",
+    "pexpire",
+    "rpush",
+    "zadd",
+    "zrem",
+    "zcard",
+    "zscore",
+    "zrange",
+    "zrangebyscore",
+    "zremrangebyscore",
     "zremrangebyrank",
-    "hget", "hmget", "hset", "hdel", "hexists", "hgetall", "hincrby", "hvals",
-    "incr", "decr", "publish",
-)  # fmt: skip
+    "hget",
+    "hmget",
+    "hset",
+    "hdel",
+    "hexists",
+    "hgetall",
+    "hincrby",
+    "hvals",
+    "incr",
+    "decr",
+    "publish",
+)
 
 # Redis 7 / Valkey: "... can't run this command or subcommand script: ..., on @user_script:175.";
 # Redis 6.2: "Error running script (...): @user_script:175: @user_script: 175: The user
@@ -48,9 +70,13 @@ def acl_rules(prefix: str = "redislock", cluster: bool = False) -> list[str]:
     """The ``ACL SETUSER`` rules (after the user name) that celery-redislock needs."""
     commands = (*CLIENT_COMMANDS, *SCRIPT_COMMANDS, *(CLUSTER_COMMANDS if cluster else ()))
     return [
-        "resetkeys", f"~{prefix}:*", "resetchannels", f"&{prefix}:*", "-@all",
+        "resetkeys",
+        f"~{prefix}:*",
+        "resetchannels",
+        f"&{prefix}:*",
+        "-@all",
         *(f"+{command}" for command in commands),
-    ]  # fmt: skip
+    ]
 
 
 def explain(exc: ResponseError, script_name: str, source: str, keys: list[str]) -> Exception | None:

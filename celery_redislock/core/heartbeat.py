@@ -85,8 +85,9 @@ def refresh_leases(client: Any, leases: list[Lease]) -> list[int]:
     # the index it is given, or none): the held index, if any, is per prefix.
     batches: dict[str | None, list[int]] = {}
     for i, lease in enumerate(leases):
-        batches.setdefault(held_index(lease.keys.prefix) if lease.keys.indexed else None,
-                           []).append(i)  # fmt: skip
+        batches.setdefault(
+            held_index(lease.keys.prefix) if lease.keys.indexed else None, []
+        ).append(i)
     for index, positions in batches.items():
         for start in range(0, len(positions), BATCH_SIZE):
             chunk = positions[start : start + BATCH_SIZE]

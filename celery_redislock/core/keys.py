@@ -140,8 +140,15 @@ class LeaseKeys:
 
     @cached_property
     def _lease_keys(self) -> tuple[str, ...]:
-        return (self.holders, self.info, self.fence, self.queue, self.qinfo, self.wake_prefix,
-                self.override)  # fmt: skip
+        return (
+            self.holders,
+            self.info,
+            self.fence,
+            self.queue,
+            self.qinfo,
+            self.wake_prefix,
+            self.override,
+        )
 
     def script_keys(self) -> list[str]:
         """KEYS of acquire/release/inspect: the seven, and the index when indexed."""
@@ -207,13 +214,27 @@ class ParkKeys(LeaseKeys):
     @cached_property
     def _in_slot(self) -> tuple[str, ...]:
         rate = RateKeys(self.prefix, self.name)
-        return (*self._lease_keys, self.park, self.parked, self.inflight, self.pmeta,
-                self.tokens, rate.rate, rate.pause, rate.started, self.messages)  # fmt: skip
+        return (
+            *self._lease_keys,
+            self.park,
+            self.parked,
+            self.inflight,
+            self.pmeta,
+            self.tokens,
+            rate.rate,
+            rate.pause,
+            rate.started,
+            self.messages,
+        )
 
     @cached_property
     def _all_park_keys(self) -> tuple[str, ...]:
-        return (*self._in_slot, park_index(self.prefix), park_total(self.prefix),
-                held_index(self.prefix))  # fmt: skip
+        return (
+            *self._in_slot,
+            park_index(self.prefix),
+            park_total(self.prefix),
+            held_index(self.prefix),
+        )
 
 
 @dataclass(frozen=True)

@@ -148,8 +148,11 @@ class Lease:
         """One ``refresh.lua`` call for this lease alone: the new remaining lease
         in ms, or 0 if it was gone (never revived).  The heartbeat renews many
         leases per call instead (heartbeat.refresh_leases)."""
-        remaining = int(REFRESH(self.client, self.keys.refresh_keys(),
-                                [self.owner, max(1, int(self.ttl * 1000))])[0])  # fmt: skip
+        remaining = int(
+            REFRESH(
+                self.client, self.keys.refresh_keys(), [self.owner, max(1, int(self.ttl * 1000))]
+            )[0]
+        )
         return self.note_renewal(remaining)
 
     def note_renewal(self, remaining: int) -> int:

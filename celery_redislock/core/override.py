@@ -108,9 +108,14 @@ class Overrides:
         """Back to the code's values: ``"all"``, or only the ``"limit"`` or ``"rate"``."""
         if what not in _CLEARABLE:
             raise ValueError(f"what must be one of {', '.join(_CLEARABLE)}; got {what!r}")
-        return self._change([
-            "-" if what in ("all", "limit") else "", "-" if what in ("all", "rate") else "", 1, "",
-        ])  # fmt: skip
+        return self._change(
+            [
+                "-" if what in ("all", "limit") else "",
+                "-" if what in ("all", "rate") else "",
+                1,
+                "",
+            ]
+        )
 
     def get(self) -> Override:
         """The override in force (falsy: none)."""

@@ -163,34 +163,64 @@ class Parking:
         return reply
 
     def enqueue(
-        self, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
-        config: ParkConfig, task_name: str = "", rate: RateTerms = NO_RATE,
-    ) -> Outcome:  # fmt: skip
+        self,
+        task_id: str,
+        capacity: Capacity,
+        envelope: str,
+        expires_in: float,
+        config: ParkConfig,
+        task_name: str = "",
+        rate: RateTerms = NO_RATE,
+    ) -> Outcome:
         """At publish (``park_enqueue.lua``): RESERVED (publish with the token;
         the slot and the rate's units are taken), PARKED (no slot, or the rate
         or a pause does not admit it now), DUPLICATE or BOUNDED / BOUNDED_TOTAL
         (nothing stored)."""
         reply = self._call(
             PARK_ENQUEUE,
-            [task_id, capacity.encoded, envelope, _ms(expires_in) if expires_in > 0 else 0,
-             _ms(config.deadline), _field(task_name), *rate.script_args(),
-             _park_options(config, self.cluster)],
-        )  # fmt: skip
+            [
+                task_id,
+                capacity.encoded,
+                envelope,
+                _ms(expires_in) if expires_in > 0 else 0,
+                _ms(config.deadline),
+                _field(task_name),
+                *rate.script_args(),
+                _park_options(config, self.cluster),
+            ],
+        )
         return Outcome.of(reply)
 
     def arrive(
-        self, task_id: str, capacity: Capacity, envelope: str, expires_in: float,
-        config: ParkConfig, owner: str, ttl: float, meta: str, task_name: str = "",
+        self,
+        task_id: str,
+        capacity: Capacity,
+        envelope: str,
+        expires_in: float,
+        config: ParkConfig,
+        owner: str,
+        ttl: float,
+        meta: str,
+        task_name: str = "",
         rate: RateTerms = NO_RATE,
-    ) -> Outcome:  # fmt: skip
+    ) -> Outcome:
         """A message without a reservation reached a worker (``park_arrive.lua``):
         HELD (``owner`` holds the slot for ``ttl``), PARKED, DUPLICATE or BOUNDED*."""
         reply = self._call(
             PARK_ARRIVE,
-            [task_id, capacity.encoded, envelope, _ms(expires_in) if expires_in > 0 else 0, owner,
-             _ms(ttl), meta, _field(task_name), *rate.script_args(),
-             _park_options(config, self.cluster)],
-        )  # fmt: skip
+            [
+                task_id,
+                capacity.encoded,
+                envelope,
+                _ms(expires_in) if expires_in > 0 else 0,
+                owner,
+                _ms(ttl),
+                meta,
+                _field(task_name),
+                *rate.script_args(),
+                _park_options(config, self.cluster),
+            ],
+        )
         return Outcome.of(reply)
 
     def try_hold(
@@ -203,9 +233,16 @@ class Parking:
         return Outcome.of(reply)
 
     def park_at_head(
-        self, task_id: str, capacity: Capacity, envelope: str, expires_in: float, pause: float,
-        task_name: str, rate: RateTerms, token: str = "",
-    ) -> Outcome:  # fmt: skip
+        self,
+        task_id: str,
+        capacity: Capacity,
+        envelope: str,
+        expires_in: float,
+        pause: float,
+        task_name: str,
+        rate: RateTerms,
+        token: str = "",
+    ) -> Outcome:
         """A running task puts itself back ahead of all parked work of the name
         and pauses the name for ``pause`` seconds (a pause only lengthens;
         ``park_head.lua``): PARKED, with ``wait`` the pause left.  ``token``: the
@@ -214,9 +251,17 @@ class Parking:
         park has the task."""
         reply = self._call(
             PARK_HEAD,
-            [task_id, capacity.encoded, envelope, _ms(expires_in) if expires_in > 0 else 0,
-             _field(task_name), *rate.script_args(), _ms(pause) if pause > 0 else 0, token],
-        )  # fmt: skip
+            [
+                task_id,
+                capacity.encoded,
+                envelope,
+                _ms(expires_in) if expires_in > 0 else 0,
+                _field(task_name),
+                *rate.script_args(),
+                _ms(pause) if pause > 0 else 0,
+                token,
+            ],
+        )
         return Outcome.of(reply)
 
     def where(self, task_id: str, token: str = "") -> tuple[str, str]:
@@ -229,9 +274,15 @@ class Parking:
         return text(where), text(fate)
 
     def claim(
-        self, task_id: str, token: str, owner: str, ttl: float, meta: str, capacity: Capacity,
+        self,
+        task_id: str,
+        token: str,
+        owner: str,
+        ttl: float,
+        meta: str,
+        capacity: Capacity,
         task_name: str = "",
-    ) -> Outcome:  # fmt: skip
+    ) -> Outcome:
         """A promoted message arrived: HELD (its reservation became ``owner``'s
         lease), PARKED (sent back: the name is over a lowered limit) or DROP."""
         reply = self._call(
@@ -265,9 +316,16 @@ class Parking:
         and the promotions."""
         reply = self._call(
             PARK_RELEASE,
-            [owner, WAIT_LEASE_MS, _encoded(capacity), _ms(config.deadline), PROMOTE_BATCH,
-             _field(task_name), config.max_publishes],
-        )  # fmt: skip
+            [
+                owner,
+                WAIT_LEASE_MS,
+                _encoded(capacity),
+                _ms(config.deadline),
+                PROMOTE_BATCH,
+                _field(task_name),
+                config.max_publishes,
+            ],
+        )
         return bool(reply[1]), _promotions(reply[2:])
 
     def drop(self, task_id: str, token: str = "") -> Dropped:
@@ -277,9 +335,20 @@ class Parking:
 
     def status(self, count: int = 0) -> ParkStatus:
         """Counts, and the first ``count`` parked entries and promotions in flight."""
-        (now_ms, parked, oldest, inflight, overdue, listed, promoted, pause_ms, head_ms,
-         interval_us, burst, limit) = PARK_INSPECT(self.client, self._script_keys,
-                                                   [self.name, count])  # fmt: skip
+        (
+            now_ms,
+            parked,
+            oldest,
+            inflight,
+            overdue,
+            listed,
+            promoted,
+            pause_ms,
+            head_ms,
+            interval_us,
+            burst,
+            limit,
+        ) = PARK_INSPECT(self.client, self._script_keys, [self.name, count])
         now = int(now_ms)
         entries = [
             {**_listed(listed, i, now), "expires_in": _until(listed[i + 2], now)}
@@ -290,11 +359,19 @@ class Parking:
             for i in range(0, len(promoted), 4)
         ]
         return ParkStatus(
-            self.name, int(parked), (now - int(oldest)) / 1000 if int(oldest) else None,
-            int(inflight), int(overdue), entries, in_flight, int(pause_ms) / 1000,
-            int(head_ms) / 1000, Rate(1, int(interval_us) / 1e6) if int(interval_us) else None,
-            int(burst) or 1, int(limit) or None,
-        )  # fmt: skip
+            self.name,
+            int(parked),
+            (now - int(oldest)) / 1000 if int(oldest) else None,
+            int(inflight),
+            int(overdue),
+            entries,
+            in_flight,
+            int(pause_ms) / 1000,
+            int(head_ms) / 1000,
+            Rate(1, int(interval_us) / 1e6) if int(interval_us) else None,
+            int(burst) or 1,
+            int(limit) or None,
+        )
 
     # -- the guard of result-backend writes (parking/states.py) --------------
 

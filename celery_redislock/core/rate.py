@@ -177,9 +177,13 @@ class RateLimiter:
     """
 
     def __init__(
-        self, client: Any, name: str, rate: object = "1/s", burst: int = 1,
+        self,
+        client: Any,
+        name: str,
+        rate: object = "1/s",
+        burst: int = 1,
         prefix: str = DEFAULT_PREFIX,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.client = client
         self.name = validate_name(name)
         self.rate = parse_rate(rate)
@@ -189,9 +193,10 @@ class RateLimiter:
     def _decide(self, cost: object, take: bool) -> RateDecision:
         units = check_cost(cost, self.burst)
         admitted, wait_us = RATE_ACQUIRE(
-            self.client, [self.keys.rate, self.keys.pause, self.keys.override],
+            self.client,
+            [self.keys.rate, self.keys.pause, self.keys.override],
             [repr(self.rate.interval * 1_000_000), self.burst, units, 1 if take else 0],
-        )  # fmt: skip
+        )
         return RateDecision(bool(int(admitted)), int(wait_us) / 1_000_000)
 
     def try_acquire(self, cost: int = 1) -> RateDecision:

@@ -119,8 +119,11 @@ def claim_window(task: Any, name: str, task_id: str) -> str | None:
         return None
     log.info(
         "%s: not enqueued, %r started %s less than %g s ago (throttle); its result is returned",
-        task.name, name, text(holder), task.lock_throttle,
-    )  # fmt: skip
+        task.name,
+        name,
+        text(holder),
+        task.lock_throttle,
+    )
     signals.lock_contended.send(
         sender=task, task_id=task_id, name=name, kind=task._redislock_kind, policy="throttle"
     )

@@ -60,9 +60,13 @@ class PerCall(Generic[T]):
     """
 
     def __init__(
-        self, spec: object, signature: inspect.Signature, task: str, option: str,
+        self,
+        spec: object,
+        signature: inspect.Signature,
+        task: str,
+        option: str,
         check: Callable[[object, str], T],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.task = task
         self.signature = signature
         self.option = option
@@ -172,7 +176,10 @@ def rate_options(
         return None, None
     rate = PerCall(cls.rate, keys.signature, task, "rate", parse_rate)
     cost = PerCall(
-        cls.rate_cost, keys.signature, task, "rate_cost",
+        cls.rate_cost,
+        keys.signature,
+        task,
+        "rate_cost",
         lambda value, what: check_cost(value, burst, what),
-    )  # fmt: skip
+    )
     return rate, cost

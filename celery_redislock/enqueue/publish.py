@@ -61,9 +61,15 @@ def publish_call(
     if headers:
         call["headers"] = headers
     ctx = Context(
-        phase="enqueue", task=task, name=name, task_id=task_id, args=args, kwargs=kwargs,
-        call=call, send=lambda: send(task_id),
-    )  # fmt: skip
+        phase="enqueue",
+        task=task,
+        name=name,
+        task_id=task_id,
+        args=args,
+        kwargs=kwargs,
+        call=call,
+        send=lambda: send(task_id),
+    )
     try:
         result = policy.publish(ctx)
     except BaseException:

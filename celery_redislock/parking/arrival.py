@@ -44,9 +44,13 @@ log = logging.getLogger("celery_redislock")
 
 
 def claim_or_arrive(
-    task: Any, request: Any, args: Sequence[Any], kwargs: Any, lease_set: LeaseSet,
+    task: Any,
+    request: Any,
+    args: Sequence[Any],
+    kwargs: Any,
+    lease_set: LeaseSet,
     park: Mapping[str, Any] = NO_CHANGES,
-) -> LeaseSet:  # fmt: skip
+) -> LeaseSet:
     """Run-time admission of a park-policy task; returns the held lease set or
     raises ``Ignore`` (parked, or a copy that must not run) / ``ParkFull``.
     ``park``: changes to the app's :class:`ParkConfig` (``keep_latest``: a task
@@ -59,8 +63,7 @@ def claim_or_arrive(
         # Revoked through Redis (revoke, or a worker that discarded it): a
         # worker that missed the broadcast, or forgot it, must not run it.
         if parking.drop(task_id, "" if token is None else str(token)).where == "inflight":
-            promote(task.app, name, lease_set.capacity, parking.client, parking.prefix,
-                    task.name)  # fmt: skip
+            promote(task.app, name, lease_set.capacity, parking.client, parking.prefix, task.name)
         log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
         mark_revoked(task.app, task_id, "revoked", request, lock=parking, task_name=task.name)
         signals.lock_dropped.send(
@@ -90,18 +93,26 @@ def claim_or_arrive(
     if admission is None:
         envelope = envelope_of_request(task, request, args, kwargs)
         admission = parking.arrive(
-            task_id, lease_set.capacity, json_dumps(envelope),
-            expires_in(envelope["headers"], task.app), config,
-            owner, lease_set.ttl, meta, task.name, task.redislock_rate(args, kwargs),
-        )  # fmt: skip
+            task_id,
+            lease_set.capacity,
+            json_dumps(envelope),
+            expires_in(envelope["headers"], task.app),
+            config,
+            owner,
+            lease_set.ttl,
+            meta,
+            task.name,
+            task.redislock_rate(args, kwargs),
+        )
     if admission.verdict is Verdict.HELD:
         lease_set.adopt(owner, admission.token, sent_at)
         if admission.wait:  # starts keep the rate, not only admissions
             time.sleep(admission.wait)
         return lease_set
     if admission.verdict is Verdict.PARKED:
-        announce_parked(task, task_id, name, "arrive", admission, config if arrived else None,
-                        parking)  # fmt: skip
+        announce_parked(
+            task, task_id, name, "arrive", admission, config if arrived else None, parking
+        )
         announce_superseded(task, admission.replaced, task_id, name, "arrive")
         raise StillPending()
     raise_if_bounded(admission, name, f"{task.name}[{task_id}] not parked")
@@ -114,9 +125,13 @@ def _redelivered(request: Any) -> bool:
 
 
 def back_to_the_head(
-    task: Any, request: Any, args: Sequence[Any], kwargs: Any, lease_set: LeaseSet,
+    task: Any,
+    request: Any,
+    args: Sequence[Any],
+    kwargs: Any,
+    lease_set: LeaseSet,
     seconds: float,
-) -> StillPending:  # fmt: skip
+) -> StillPending:
     """A running park-policy task pauses its key for ``seconds`` and goes back to
     the head of the key's park (same task id, its message as it arrived); the
     caller raises the returned :class:`StillPending`, so the run ends, its
@@ -126,14 +141,24 @@ def back_to_the_head(
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
     token = header(request, HEADER_PARK_TOKEN)
     admission = parking.park_at_head(
-        request.id, lease_set.capacity, json_dumps(envelope),
-        expires_in(envelope["headers"], task.app), seconds, task.name,
-        task.redislock_rate(args, kwargs), "" if token is None else str(token),
-    )  # fmt: skip
+        request.id,
+        lease_set.capacity,
+        json_dumps(envelope),
+        expires_in(envelope["headers"], task.app),
+        seconds,
+        task.name,
+        task.redislock_rate(args, kwargs),
+        "" if token is None else str(token),
+    )
     if admission.verdict is Verdict.PARKED:
         announce_parked(task, request.id, lease_set.name, "pause", admission, parking=parking)
     else:  # a copy of this task is parked or in flight already: it is the one that runs
         RateLimiter(lease_set.client, lease_set.name, prefix=lease_set.keys.prefix).pause(seconds)
-        log.info("%s[%s] paused %r; a copy of it is already %s", task.name, request.id,
-                 lease_set.name, admission.reason)  # fmt: skip
+        log.info(
+            "%s[%s] paused %r; a copy of it is already %s",
+            task.name,
+            request.id,
+            lease_set.name,
+            admission.reason,
+        )
     return StillPending()

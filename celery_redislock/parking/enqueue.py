@@ -58,9 +58,14 @@ _INSTALL_LOCK = threading.Lock()
 
 
 def park_or_publish(
-    task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any],
-    rate: RateTerms = NO_RATE, park: Mapping[str, Any] = NO_CHANGES,
-) -> Any:  # fmt: skip
+    task: Any,
+    name: str,
+    task_id: str,
+    limit: int,
+    send: Callable[[], Any],
+    rate: RateTerms = NO_RATE,
+    park: Mapping[str, Any] = NO_CHANGES,
+) -> Any:
     """Run ``send`` (Celery's ``apply_async``) with the park decision at publish;
     ``park``: changes to the app's :class:`ParkConfig` (``keep_latest``, ``debounce``)."""
     _install_sender(task.app)
@@ -72,9 +77,14 @@ def park_or_publish(
 
 
 def retry_at_head(
-    task: Any, name: str, task_id: str, limit: int, send: Callable[[], Any], rate: RateTerms,
+    task: Any,
+    name: str,
+    task_id: str,
+    limit: int,
+    send: Callable[[], Any],
+    rate: RateTerms,
     token: str,
-) -> Any:  # fmt: skip
+) -> Any:
     """Run ``send`` (the ``apply_async`` of ``self.retry``) so that the retry's
     message is stored ahead of everything parked for ``name`` and not published,
     and the key is paused until the message's ``eta`` (the retry's countdown):
@@ -134,9 +144,14 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
     config = replace(settings.park, **call.park)
     parking = Parking(client, settings.prefix, call.name)
     admission = parking.enqueue(
-        call.task_id, call.capacity, json_dumps(envelope),
-        expires_in(envelope["headers"], task.app), config, task.name, call.rate,
-    )  # fmt: skip
+        call.task_id,
+        call.capacity,
+        json_dumps(envelope),
+        expires_in(envelope["headers"], task.app),
+        config,
+        task.name,
+        call.rate,
+    )
     if admission.verdict is Verdict.RESERVED:
         return admission.token
     raise_if_bounded(admission, call.name, f"{task.name}[{call.task_id}] not enqueued")
@@ -152,12 +167,22 @@ def _park_retry(call: _Call, envelope: dict[str, Any]) -> None:
     client, settings = client_for(task.app)
     parking = Parking(client, settings.prefix, call.name)
     admission = parking.park_at_head(
-        call.task_id, call.capacity, json_dumps(envelope), expires_in(headers, task.app),
-        eta_in(headers, task.app), task.name, call.rate, call.token,
-    )  # fmt: skip
+        call.task_id,
+        call.capacity,
+        json_dumps(envelope),
+        expires_in(headers, task.app),
+        eta_in(headers, task.app),
+        task.name,
+        call.rate,
+        call.token,
+    )
     if admission.verdict is Verdict.PARKED:
         events.sent(task.app, sent_fields_of(envelope))
         announce_parked(task, call.task_id, call.name, "retry", admission, parking=parking)
     else:  # a copy of this task is parked or in flight already: it is the one that runs
-        log.info("%s[%s] retry not stored: a copy of it is already %s", task.name, call.task_id,
-                 admission.reason)  # fmt: skip
+        log.info(
+            "%s[%s] retry not stored: a copy of it is already %s",
+            task.name,
+            call.task_id,
+            admission.reason,
+        )

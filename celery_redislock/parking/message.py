@@ -72,15 +72,43 @@ def _seconds_until(when: Any, app: Any) -> float:
 
 
 _CALL_OPTIONS = {
-    "exchange", "routing_key", "queue", "event_dispatcher", "retry", "retry_policy",
-    "serializer", "delivery_mode", "compression", "declare", "headers", "exchange_type",
-    "timeout", "confirm_timeout",
-}  # fmt: skip
+    "exchange",
+    "routing_key",
+    "queue",
+    "event_dispatcher",
+    "retry",
+    "retry_policy",
+    "serializer",
+    "delivery_mode",
+    "compression",
+    "declare",
+    "headers",
+    "exchange_type",
+    "timeout",
+    "confirm_timeout",
+}
 _PROTOCOL_HEADERS = (
-    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
-    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
-    "replaced_task_nesting", "stamped_headers", "stamps", "compression",
-)  # fmt: skip
+    "lang",
+    "task",
+    "id",
+    "shadow",
+    "eta",
+    "expires",
+    "group",
+    "group_index",
+    "retries",
+    "timelimit",
+    "root_id",
+    "parent_id",
+    "argsrepr",
+    "kwargsrepr",
+    "origin",
+    "ignore_result",
+    "replaced_task_nesting",
+    "stamped_headers",
+    "stamps",
+    "compression",
+)
 
 
 def _destination(app: Any, options: Mapping[str, Any]) -> tuple[str, str]:
@@ -191,9 +219,11 @@ def _b64(data: str | bytes) -> str:
 def sent_fields_of(envelope: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of the ``task-sent`` event of a stored message's publish."""
     return sent_fields(
-        envelope["headers"], envelope.get("exchange") or "", envelope.get("routing_key") or "",
+        envelope["headers"],
+        envelope.get("exchange") or "",
+        envelope.get("routing_key") or "",
         envelope.get("queue"),
-    )  # fmt: skip
+    )
 
 
 def republish(app: Any, envelope: Mapping[str, Any], token: int) -> None:

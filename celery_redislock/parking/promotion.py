@@ -91,22 +91,28 @@ def _publish_all(
                 again = True
                 continue
             meta = {"lock": parking.name, "token": token}
-            store_state(app, task_id, PROMOTED, meta, parking, envelope.get("task") or "",
-                        needs="inflight")  # fmt: skip
+            store_state(
+                app, task_id, PROMOTED, meta, parking, envelope.get("task") or "", needs="inflight"
+            )
             try:
                 republish(app, envelope, token)
                 published += 1
                 events.sent(app, sent_fields_of(envelope))
                 task = app.tasks.get(envelope.get("task") or "")
                 signals.lock_promoted.send(
-                    sender=task, task_id=task_id, name=parking.name, token=token,
+                    sender=task,
+                    task_id=task_id,
+                    name=parking.name,
+                    token=token,
                     kind=getattr(task, "_redislock_kind", "semaphore"),
-                )  # fmt: skip
+                )
             except Exception as exc:
                 log.error(
                     "could not publish parked %s[%s] (%r); re-published after its deadline",
-                    envelope.get("task"), task_id, exc,
-                )  # fmt: skip
+                    envelope.get("task"),
+                    task_id,
+                    exc,
+                )
         if not again:
             break
         promotions = parking.promote(capacity, settings_for(app).park, task_name)
@@ -154,16 +160,21 @@ def _dropped(
     # Without its message (revoked by name while still in the broker) the task
     # name is unknown: try each de-duplicating task's marker (a no-op unless
     # this task id holds it).
-    names = [task_name] if task_name else [
-        t.name for t in app.tasks.values() if getattr(t, "lock_dedupe", False)
-    ]  # fmt: skip
+    names = (
+        [task_name]
+        if task_name
+        else [t.name for t in app.tasks.values() if getattr(t, "lock_dedupe", False)]
+    )
     for name in names:
         dedupe.clear(parking.client, parking.prefix, parking.name, name, task_id)
     task = app.tasks.get(task_name)
     signals.lock_dropped.send(
-        sender=task, task_id=task_id, name=parking.name,
-        kind=getattr(task, "_redislock_kind", "semaphore"), reason=reason,
-    )  # fmt: skip
+        sender=task,
+        task_id=task_id,
+        name=parking.name,
+        kind=getattr(task, "_redislock_kind", "semaphore"),
+        reason=reason,
+    )
 
 
 def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool]:
@@ -214,16 +225,23 @@ def discarded_by_worker(
         where = parking.drop(task_id, token).where
         log.info(
             "%s[%s] discarded by the worker: its reservation of %r %s",
-            task.name, task_id, name, "given back" if where else "had already lapsed",
-        )  # fmt: skip
+            task.name,
+            task_id,
+            name,
+            "given back" if where else "had already lapsed",
+        )
         signals.lock_dropped.send(
             sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
         )
         capacity = capacity_of(task, task.redislock_limit(args, kwargs))
         promote(task.app, name, capacity, client, settings.prefix, task.name)
     except Exception as exc:  # the deadline frees the slot; the record is what matters
-        log.error("%s[%s]: could not give back its park reservation (%r); it lapses at its "
-                  "deadline", task.name, task_id, exc)  # fmt: skip
+        log.error(
+            "%s[%s]: could not give back its park reservation (%r); it lapses at its deadline",
+            task.name,
+            task_id,
+            exc,
+        )
 
 
 def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
@@ -247,8 +265,10 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
                     released += 1
                     log.warning(
                         "released %r held by process %s, which died on this machine (owner %s)",
-                        name, dead.process, owner,
-                    )  # fmt: skip
+                        name,
+                        dead.process,
+                        owner,
+                    )
                 _publish_all(app, parking, promotions, None)
         liveness.forget(client, settings.prefix, dead.process)
     return released

@@ -111,9 +111,14 @@ def raise_if_bounded(admission: Outcome, name: str, what: str) -> None:
 
 
 def announce_parked(
-    task: Any, task_id: str, name: str, where: str, admission: Outcome,
-    config: ParkConfig | None = None, parking: Parking | None = None,
-) -> None:  # fmt: skip
+    task: Any,
+    task_id: str,
+    name: str,
+    where: str,
+    admission: Outcome,
+    config: ParkConfig | None = None,
+    parking: Parking | None = None,
+) -> None:
     """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive /
     pause / retry); for a task parked for its rate (or a pause) also
     ``lock_rate_limited``.  ``config``: the park settings of the call (a
@@ -124,36 +129,63 @@ def announce_parked(
         meta["eligible_in"], wait = wait, 0.0
         log.info(
             "%s[%s] parked (retry): runs again in %.3f s, before the %d other task(s) "
-            "parked for %r", task.name, task_id, meta["eligible_in"], count - 1, name,
-        )  # fmt: skip
+            "parked for %r",
+            task.name,
+            task_id,
+            meta["eligible_in"],
+            count - 1,
+            name,
+        )
     elif config is not None and config.debounce > 0:
-        bound = f", at the latest {config.debounce_max:g} s after the first" if (
-            config.debounce_max > 0) else ""  # fmt: skip
+        bound = (
+            f", at the latest {config.debounce_max:g} s after the first"
+            if (config.debounce_max > 0)
+            else ""
+        )
         log.info(
             "%s[%s] parked (%s): %r debounced, runs %g s after the last call%s",
-            task.name, task_id, where, name, config.debounce, bound,
-        )  # fmt: skip
+            task.name,
+            task_id,
+            where,
+            name,
+            config.debounce,
+            bound,
+        )
     elif wait > 0:
         meta["eligible_in"] = wait
         log.info(
             "%s[%s] parked (%s): %r waits for its rate, eligible in %.3f s, %d parked",
-            task.name, task_id, where, name, wait, count,
-        )  # fmt: skip
+            task.name,
+            task_id,
+            where,
+            name,
+            wait,
+            count,
+        )
     else:
         log.info(
             "%s[%s] parked (%s): %r is full, %d parked", task.name, task_id, where, name, count
         )
-    store_state(task.app, task_id, PARKED, meta, lock=parking or name, task_name=task.name,
-                needs="parked")  # fmt: skip
+    store_state(
+        task.app, task_id, PARKED, meta, lock=parking or name, task_name=task.name, needs="parked"
+    )
     signals.lock_parked.send(
-        sender=task, task_id=task_id, name=name, kind=task._redislock_kind, where=where,
+        sender=task,
+        task_id=task_id,
+        name=name,
+        kind=task._redislock_kind,
+        where=where,
         parked=count,
-    )  # fmt: skip
+    )
     if wait > 0:
         signals.lock_rate_limited.send(
-            sender=task, task_id=task_id, name=name, kind=task._redislock_kind,
-            retry_after=wait, where=where,
-        )  # fmt: skip
+            sender=task,
+            task_id=task_id,
+            name=name,
+            kind=task._redislock_kind,
+            retry_after=wait,
+            where=where,
+        )
 
 
 def announce_superseded(task: Any, replaced: Sequence[str], by: str, name: str, where: str) -> None:
@@ -164,20 +196,33 @@ def announce_superseded(task: Any, replaced: Sequence[str], by: str, name: str, 
     for task_id in replaced:
         log.info(
             "%s[%s] superseded by %s (%s): %r keeps the latest call only",
-            task.name, task_id, by, where, name,
-        )  # fmt: skip
+            task.name,
+            task_id,
+            by,
+            where,
+            name,
+        )
         meta = {"lock": name, "superseded_by": by, "where": where}
         store_state(task.app, task_id, SUPERSEDED, meta, lock=name, task_name=task.name)
         signals.lock_dropped.send(
-            sender=task, task_id=task_id, name=name, kind=task._redislock_kind,
-            reason="superseded", superseded_by=by,
-        )  # fmt: skip
+            sender=task,
+            task_id=task_id,
+            name=name,
+            kind=task._redislock_kind,
+            reason="superseded",
+            superseded_by=by,
+        )
 
 
 def store_state(
-    app: Any, task_id: str, state: str, meta: dict[str, Any], lock: Where = "",
-    task_name: str = "", needs: str = "",
-) -> bool:  # fmt: skip
+    app: Any,
+    task_id: str,
+    state: str,
+    meta: dict[str, Any],
+    lock: Where = "",
+    task_name: str = "",
+    needs: str = "",
+) -> bool:
     """Write ``state`` (with ``meta``) for ``task_id`` to the result backend
     and send its event, holding the task's guard when ``lock`` (the name it
     is parked under, or that name's :class:`Parking` when the caller has one:
@@ -194,9 +239,13 @@ def store_state(
 
 
 def mark_revoked(
-    app: Any, task_id: str, reason: str, request: Any = None, lock: Where = "",
+    app: Any,
+    task_id: str,
+    reason: str,
+    request: Any = None,
+    lock: Where = "",
     task_name: str = "",
-) -> None:  # fmt: skip
+) -> None:
     """REVOKED in the result backend; with the task's ``request`` a chord counts
     it.  Sent as ``task-revoked`` with the task's name (``expired`` set when
     ``reason`` is ``"expired"``).  With ``lock`` (the task was taken out of
@@ -210,16 +259,26 @@ def mark_revoked(
         # Only for a task known never to have run (taken out of a park).
         never_ran = {"state": "REVOKED"} if lock else {}
         events.send(
-            app, "task-revoked", task_id, name=task_name or getattr(request, "task", None),
-            terminated=False, signum=None, expired=reason == "expired", reason=reason,
+            app,
+            "task-revoked",
+            task_id,
+            name=task_name or getattr(request, "task", None),
+            terminated=False,
+            signum=None,
+            expired=reason == "expired",
+            reason=reason,
             **never_ran,
-        )  # fmt: skip
+        )
 
 
 def mark_failed(
-    app: Any, task_id: str, exc: BaseException, request: Any = None, lock: Where = "",
+    app: Any,
+    task_id: str,
+    exc: BaseException,
+    request: Any = None,
+    lock: Where = "",
     task_name: str = "",
-) -> None:  # fmt: skip
+) -> None:
     """FAILURE with ``exc`` in the result backend (errbacks and a chord it
     belongs to are told), sent as ``task-failed`` with the task's name."""
     with _guarded(app, lock, task_id, ""):

@@ -109,8 +109,9 @@ class Sweeper:
             if channel is not None:
                 deadline = time.monotonic() + seconds
                 while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
-                    message = channel.get_message(ignore_subscribe_messages=True,
-                                                  timeout=min(left, 0.25))  # fmt: skip
+                    message = channel.get_message(
+                        ignore_subscribe_messages=True, timeout=min(left, 0.25)
+                    )
                     if message:
                         return
                 return

@@ -207,9 +207,13 @@ def take(ctx: Context, blocking: bool) -> bool:
         if not blocking or (deadline is not None and time.monotonic() + pause > deadline):
             if rated:
                 signals.lock_rate_limited.send(
-                    sender=ctx.task, task_id=ctx.task_id, name=ctx.name, kind=ctx.kind,
-                    retry_after=admission.wait, where="run",
-                )  # fmt: skip
+                    sender=ctx.task,
+                    task_id=ctx.task_id,
+                    name=ctx.name,
+                    kind=ctx.kind,
+                    retry_after=admission.wait,
+                    where="run",
+                )
             return False
         time.sleep(pause)
 
@@ -223,5 +227,9 @@ def fail(ctx: Context, policy: str, message: str) -> NoReturn:
 def announce_contended(ctx: Context, policy: str) -> None:
     """The ``lock_contended`` signal for this run."""
     signals.lock_contended.send(
-        sender=ctx.task, task_id=ctx.task_id, name=ctx.name, kind=ctx.kind, policy=policy,
-    )  # fmt: skip
+        sender=ctx.task,
+        task_id=ctx.task_id,
+        name=ctx.name,
+        kind=ctx.kind,
+        policy=policy,
+    )

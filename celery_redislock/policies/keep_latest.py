@@ -50,9 +50,12 @@ class KeepLatest(Park):
     name = "keep_latest"
     retry_keeps_its_turn = True
     options = (
-        "lock_supersede", "lock_throttle", "lock_throttle_trailing", "lock_debounce",
+        "lock_supersede",
+        "lock_throttle",
+        "lock_throttle_trailing",
+        "lock_debounce",
         "lock_debounce_max",
-    )  # fmt: skip
+    )
     coalesces = True
 
     def check_options(self, task: Any) -> None:
@@ -61,26 +64,36 @@ class KeepLatest(Park):
         _check_supersede(task)
 
     def park_settings(self, task: Any) -> Mapping[str, Any]:
-        return {"keep_latest": True, "debounce": float(task.lock_debounce or 0),
-                "debounce_max": float(task.lock_debounce_max or 0),
-                "supersede": bool(task.lock_supersede)}  # fmt: skip
+        return {
+            "keep_latest": True,
+            "debounce": float(task.lock_debounce or 0),
+            "debounce_max": float(task.lock_debounce_max or 0),
+            "supersede": bool(task.lock_supersede),
+        }
 
     def publish(self, ctx: Context) -> Any:
         task, request = ctx.task, ctx.task.request
         lease_set = getattr(request, "redislock", None)
         own_retry = (
-            request.id == ctx.task_id and lease_set is not None and lease_set.name == ctx.name
+            request.id == ctx.task_id
+            and lease_set is not None
+            and lease_set.name == ctx.name
             and getattr(request, "redislock_policy", None) is self
-            and not request.is_eager and not task.app.conf.task_always_eager
-        )  # fmt: skip
+            and not request.is_eager
+            and not task.app.conf.task_always_eager
+        )
         if not own_retry:
             return super().publish(ctx)
         token = header(request, HEADER_PARK_TOKEN)
         return retry_at_head(
-            task, ctx.name, ctx.task_id, task.redislock_limit(ctx.args, ctx.kwargs),
-            ctx.need_send(), task.redislock_rate(ctx.args, ctx.kwargs),
+            task,
+            ctx.name,
+            ctx.task_id,
+            task.redislock_limit(ctx.args, ctx.kwargs),
+            ctx.need_send(),
+            task.redislock_rate(ctx.args, ctx.kwargs),
             "" if token is None else str(token),
-        )  # fmt: skip
+        )
 
 
 def _check_supersede(task: Any) -> None:

@@ -76,9 +76,13 @@ def requeue(ctx: Context, countdown: float, count: bool) -> NoReturn:
         headers=headers,
     )
     log.info(
-        "%s[%s] requeued in %.2f s: %s (requeue %d)", task.name, request.id, countdown,
-        ctx.refusal, done,
-    )  # fmt: skip
+        "%s[%s] requeued in %.2f s: %s (requeue %d)",
+        task.name,
+        request.id,
+        countdown,
+        ctx.refusal,
+        done,
+    )
     signature.apply_async()
     raise CeleryRetry(f"{ctx.refusal}; requeued", when=countdown)
 

@@ -41,22 +41,35 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     """The held lease set of this run, or an exception that ends the run
     (the policy's, or the Redis error)."""
     name = task.redislock_name(args, kwargs)
-    policy = POLICIES[check_policy(options.header(request, options.HEADER_POLICY)
-                                   or task.lock_policy)]  # fmt: skip
+    policy = POLICIES[
+        check_policy(options.header(request, options.HEADER_POLICY) or task.lock_policy)
+    ]
     ttl, wait_timeout = options.run_options(request, task.lock_wait_timeout)
     limit = task.redislock_limit(args, kwargs)  # per run, before any Redis call
     rate = task.redislock_rate(args, kwargs)
     policy.check_rate(task.name, rate.rate)  # a per-call lock_policy
     try:
         lease_set: LeaseSet = task.redislock_leaseset(
-            name, ttl=ttl, limit=limit, owner_prefix=execution_prefix(request.id, os.getpid()),
-            on_lost=lost_signal(task, request.id), task_id=request.id,
-        )  # fmt: skip
+            name,
+            ttl=ttl,
+            limit=limit,
+            owner_prefix=execution_prefix(request.id, os.getpid()),
+            on_lost=lost_signal(task, request.id),
+            task_id=request.id,
+        )
         ctx = Context(
-            phase="run", task=task, name=name, task_id=str(request.id), args=args,
-            kwargs=kwargs, limit=limit, request=request, lease_set=lease_set,
-            wait_timeout=wait_timeout, rate=rate,
-        )  # fmt: skip
+            phase="run",
+            task=task,
+            name=name,
+            task_id=str(request.id),
+            args=args,
+            kwargs=kwargs,
+            limit=limit,
+            request=request,
+            lease_set=lease_set,
+            wait_timeout=wait_timeout,
+            rate=rate,
+        )
         request.redislock_policy = policy
         defer_to_earlier_delivery(ctx)
         started = time.monotonic()
@@ -66,9 +79,13 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
         raise
     if acquired:
         signals.lock_acquired.send(
-            sender=task, task_id=request.id, name=name, token=lease_set.token,
-            kind=task._redislock_kind, waited=time.monotonic() - started,
-        )  # fmt: skip
+            sender=task,
+            task_id=request.id,
+            name=name,
+            token=lease_set.token,
+            kind=task._redislock_kind,
+            waited=time.monotonic() - started,
+        )
         return lease_set
     defer_to_earlier_delivery(ctx, contended=True)
     announce_contended(ctx, policy.name)
@@ -123,6 +140,10 @@ def _drop_if_stale(ctx: Context) -> None:
     lease_set = ctx.need_lease_set()
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
     if parking.where(ctx.task_id, str(token))[1] == "stale":
-        log.info("%s[%s] dropped: a stale copy (token %s); the task runs from its park",
-                 ctx.task.name, ctx.task_id, token)  # fmt: skip
+        log.info(
+            "%s[%s] dropped: a stale copy (token %s); the task runs from its park",
+            ctx.task.name,
+            ctx.task_id,
+            token,
+        )
         raise StillPending()

@@ -34,17 +34,24 @@ def lost_signal(task: Any, task_id: str) -> Callable[[Any], None]:
 
     def on_lost(lease: Any) -> None:
         signals.lock_lost.send(
-            sender=task, task_id=task_id, name=lease.name, token=lease.token,
-            kind=task._redislock_kind, reason=lease.lost_reason,
-        )  # fmt: skip
+            sender=task,
+            task_id=task_id,
+            name=lease.name,
+            token=lease.token,
+            kind=task._redislock_kind,
+            reason=lease.lost_reason,
+        )
 
     return on_lost
 
 
 def release_run(
-    task: Any, task_id: str, lease_set: LeaseSet, reason: str,
+    task: Any,
+    task_id: str,
+    lease_set: LeaseSet,
+    reason: str,
     releaser: Callable[[str], bool] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Release what this run holds (nothing if released already); never raises a Redis error.
 
     ``releaser`` makes the Redis call instead of a plain release (see
@@ -84,9 +91,14 @@ def release_run(
         )
         held = False
     signals.lock_released.send(
-        sender=task, task_id=task_id, name=lease_set.name, token=token,
-        kind=task._redislock_kind, reason=reason, held=held,
-    )  # fmt: skip
+        sender=task,
+        task_id=task_id,
+        name=lease_set.name,
+        token=token,
+        kind=task._redislock_kind,
+        reason=reason,
+        held=held,
+    )
 
 
 def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str) -> None:
@@ -103,10 +115,16 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
         limit = lease_set.limit
     policy = request.redislock_policy
     ctx = Context(
-        phase="release", task=task, name=lease_set.name, task_id=str(request.id),
-        args=request.args, kwargs=request.kwargs, limit=limit, request=request,
+        phase="release",
+        task=task,
+        name=lease_set.name,
+        task_id=str(request.id),
+        args=request.args,
+        kwargs=request.kwargs,
+        limit=limit,
+        request=request,
         lease_set=lease_set,
-    )  # fmt: skip
+    )
     releaser = policy.releaser(ctx)
     release_run(task, request.id, lease_set, reason, releaser)
     if releaser is None:
@@ -148,17 +166,28 @@ def release_dead_child(
             reason,
         )
         signals.lock_released.send(
-            sender=task, task_id=task_id, name=name, token=None, kind=task._redislock_kind,
-            reason=reason, held=held,
-        )  # fmt: skip
+            sender=task,
+            task_id=task_id,
+            name=name,
+            token=None,
+            kind=task._redislock_kind,
+            reason=reason,
+            held=held,
+        )
     if headers.get(dedupe.HEADER):
         dedupe.clear_for(task, task_id, args, kwargs)
     if owners:
         policy = headers.get(HEADER_POLICY) or task.lock_policy
         ctx = Context(
-            phase="release", task=task, name=name, task_id=task_id, args=args, kwargs=kwargs,
-            limit=lease_set.limit, lease_set=lease_set,
-        )  # fmt: skip
+            phase="release",
+            task=task,
+            name=name,
+            task_id=task_id,
+            args=args,
+            kwargs=kwargs,
+            limit=lease_set.limit,
+            lease_set=lease_set,
+        )
         POLICIES[check_policy(policy)].after_release(ctx)
     return len(owners)
 

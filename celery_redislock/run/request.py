@@ -289,8 +289,11 @@ class LockRequest(Request):  # type: ignore[misc]
             # which runs from there, so this is not its failure.  Acknowledged
             # as Celery does an Ignore (no FAILURE, no task_failure, no
             # requeue): its state stays PARKED.
-            log.info("%s[%s]: its process died after the task was parked; it runs from "
-                     "its park", self.task.name, self.id)  # fmt: skip
+            log.info(
+                "%s[%s]: its process died after the task was parked; it runs from its park",
+                self.task.name,
+                self.id,
+            )
             exc_info = _ignored()
         try:
             return super().on_failure(

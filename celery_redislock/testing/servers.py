@@ -249,14 +249,20 @@ class RedisServer(StartStop):
     def start(self, timeout: float = 10.0) -> RedisServer:
         args = [
             self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self._dir),
-            "--logfile", str(self._dir / "redis.log"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self._dir),
+            "--logfile",
+            str(self._dir / "redis.log"),
             *self.extra_args,
-        ]  # fmt: skip
+        ]
         self._spawn(args)
         self.wait_ready(timeout)
         return self

@@ -84,18 +84,26 @@ class WorkerMetrics:
             return Counter(name, doc, ["task", "kind", *extra], registry=None)
 
         self.acquired = counter("redislock_acquired_total", "runs that took their lease")
-        self.contended = counter("redislock_contended_total", "runs that met a held key",
-                                 "outcome")  # fmt: skip
+        self.contended = counter("redislock_contended_total", "runs that met a held key", "outcome")
         self.released = counter("redislock_released_total", "leases given back", "reason")
         self.reclaimed = counter("redislock_reclaimed_total", "leases freed after a dead child")
         self.lost = counter("redislock_lost_total", "leases lost while running")
         self.promoted = counter("redislock_promoted_total", "parked tasks published to run")
-        self.dropped = counter("redislock_dropped_total", "parked tasks that never run",
-                               "reason")  # fmt: skip
-        self.wait = Histogram("redislock_wait_seconds", "call to lease, parked time included",
-                              ["task", "kind"], buckets=_BUCKETS, registry=None)  # fmt: skip
-        self.hold = Histogram("redislock_hold_seconds", "lease to release by the run",
-                              ["task", "kind"], buckets=_BUCKETS, registry=None)  # fmt: skip
+        self.dropped = counter("redislock_dropped_total", "parked tasks that never run", "reason")
+        self.wait = Histogram(
+            "redislock_wait_seconds",
+            "call to lease, parked time included",
+            ["task", "kind"],
+            buckets=_BUCKETS,
+            registry=None,
+        )
+        self.hold = Histogram(
+            "redislock_hold_seconds",
+            "lease to release by the run",
+            ["task", "kind"],
+            buckets=_BUCKETS,
+            registry=None,
+        )
         self._held: dict[tuple[str, str], float] = {}
         # The labelled children, by labels: prometheus-client's labels() takes a
         # lock and builds its key on every call, a visible share of a task's cost.
@@ -198,8 +206,12 @@ def start(port: int, host: str) -> WorkerMetrics:
         start_http_server(port, addr=host, registry=registry)
         log.info("celery-redislock metrics on http://%s:%d/metrics", host, port)
     except OSError as exc:
-        log.error("celery-redislock: cannot serve metrics on %s:%d (%s); no metrics from "
-                  "this worker", host, port, exc)  # fmt: skip
+        log.error(
+            "celery-redislock: cannot serve metrics on %s:%d (%s); no metrics from this worker",
+            host,
+            port,
+            exc,
+        )
     _state["metrics"] = metrics
     return metrics
 

@@ -66,9 +66,13 @@ def user_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def env_configured(tmp_path: Path, redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
     """A shell configured the 12-factor way: broker and results from the environment."""
     return user_env(
-        tmp_path, CELERY_BROKER_URL=redis_url, CELERY_RESULT_BACKEND=redis_url,
-        QUEUE=prefix, PREFIX=prefix, **extra,
-    )  # fmt: skip
+        tmp_path,
+        CELERY_BROKER_URL=redis_url,
+        CELERY_RESULT_BACKEND=redis_url,
+        QUEUE=prefix,
+        PREFIX=prefix,
+        **extra,
+    )
 
 
 @contextmanager
@@ -78,14 +82,20 @@ def worker(tmp_path: Path, env: dict[str, str], *args: str) -> Iterator[Path]:
     command = ["celery", *args, "worker", "-P", "prefork", "-c", "2", "--loglevel", "INFO"]
     with log.open("w") as out:
         proc = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+            command,
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         try:
             wait_for(
                 lambda: "ready." in log.read_text() or proc.poll() is not None,
-                60, 0.1, "the worker to be ready",
-            )  # fmt: skip
+                60,
+                0.1,
+                "the worker to be ready",
+            )
             assert proc.poll() is None, log.read_text()
             yield log
         finally:
@@ -188,9 +198,20 @@ def test_a_worker_started_with_b_keeps_its_locks_on_that_broker(
     env = user_env(tmp_path, QUEUE=prefix, PREFIX=prefix)
     with worker(tmp_path, env, "-A", "envproj", "-b", given, "--result-backend", given) as log:
         out = run(
-            tmp_path, env, "celery", "-A", "envproj", "-b", given, "--result-backend", given,
-            "call", "envproj.report", "--args", "[7]",
-        )  # fmt: skip
+            tmp_path,
+            env,
+            "celery",
+            "-A",
+            "envproj",
+            "-b",
+            given,
+            "--result-backend",
+            given,
+            "call",
+            "envproj.report",
+            "--args",
+            "[7]",
+        )
         task_id = out.strip().splitlines()[-1]
         backend = redis.Redis.from_url(given)
         wait_for(lambda: backend.exists(f"celery-task-meta-{task_id}"), 60, 0.1, "the result")
@@ -468,10 +489,15 @@ def test_two_forms_with_different_values_are_an_error() -> None:
 
 def test_settings_that_are_not_read_are_named_with_the_form_that_works() -> None:
     app = configured(
-        {"CELERY_BROKER_URL": "redis://h/0", "REDISLOCK_URL": "redis://h/1",
-         "CELERY_REDISLOCK_PARK_MX": 3, "CELERY_REDISLOCK_TTL": 3, "CELERY_REDISLOCK_HUE": 1},
+        {
+            "CELERY_BROKER_URL": "redis://h/0",
+            "REDISLOCK_URL": "redis://h/1",
+            "CELERY_REDISLOCK_PARK_MX": 3,
+            "CELERY_REDISLOCK_TTL": 3,
+            "CELERY_REDISLOCK_HUE": 1,
+        },
         "CELERY",
-    )  # fmt: skip
+    )
     assert unread_settings(app) == [
         "celery-redislock: setting CELERY_REDISLOCK_HUE is not read (no such setting)",
         "celery-redislock: setting CELERY_REDISLOCK_PARK_MX is not read (misspelt): "
@@ -488,22 +514,41 @@ def test_settings_that_are_not_read_are_named_with_the_form_that_works() -> None
     ("conf", "environ", "url", "source"),
     [
         ({"broker_url": "redis://a/1"}, {}, "redis://a/1", "broker_url"),
-        ({"broker_url": "amqp://x//"}, {"CELERY_BROKER_URL": "redis://e/2"}, "redis://e/2",
-         "CELERY_BROKER_URL"),
-        ({"broker_url": "redis://a/1", "broker_write_url": "redis://w/3"}, {}, "redis://w/3",
-         "broker_write_url"),
-        ({"broker_url": "redis://a/1"}, {"CELERY_BROKER_WRITE_URL": "redis://w/4"},
-         "redis://w/4", "CELERY_BROKER_WRITE_URL"),
+        (
+            {"broker_url": "amqp://x//"},
+            {"CELERY_BROKER_URL": "redis://e/2"},
+            "redis://e/2",
+            "CELERY_BROKER_URL",
+        ),
+        (
+            {"broker_url": "redis://a/1", "broker_write_url": "redis://w/3"},
+            {},
+            "redis://w/3",
+            "broker_write_url",
+        ),
+        (
+            {"broker_url": "redis://a/1"},
+            {"CELERY_BROKER_WRITE_URL": "redis://w/4"},
+            "redis://w/4",
+            "CELERY_BROKER_WRITE_URL",
+        ),
         ({"broker_url": "redis://a/1;redis://b/1"}, {}, "redis://a/1", "broker_url"),
         ({"broker_url": ["redis://a/5", "redis://b/5"]}, {}, "redis://a/5", "broker_url"),
-        ({"broker_url": "sentinel://s1:26379;sentinel://s2:26379"}, {},
-         "sentinel://s1:26379;sentinel://s2:26379", "broker_url"),
+        (
+            {"broker_url": "sentinel://s1:26379;sentinel://s2:26379"},
+            {},
+            "sentinel://s1:26379;sentinel://s2:26379",
+            "broker_url",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_broker_is_resolved_as_celery_resolves_it(
-    conf: dict[str, Any], environ: dict[str, str], url: str, source: str,
+    conf: dict[str, Any],
+    environ: dict[str, str],
+    url: str,
+    source: str,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     for name in ("CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
@@ -518,8 +563,9 @@ def test_a_run_time_change_wins_over_the_settings_module_in_any_spelling() -> No
     app = configured({"CELERY_REDISLOCK_URL": "redis://a/0"}, "CELERY")
     app.conf.update(redislock_url="redis://b/0")  # as Celery: the change wins
     assert (settings_from_app(app).url, settings_from_app(app).url_setting) == (
-        "redis://b/0", "redislock_url",
-    )  # fmt: skip
+        "redis://b/0",
+        "redislock_url",
+    )
 
 
 def test_a_sentinel_broker_given_as_a_list_is_kept_whole() -> None:
@@ -533,8 +579,7 @@ def test_modules_and_a_lower_case_namespace_give_no_false_warning() -> None:
 
     app = configured({"celery_redislock": celery_redislock, "REDISLOCK_URL": "redis://h/1"})
     assert unread_settings(app) == []  # an imported module is not a setting
-    app = configured({"celery_broker_url": "redis://h/0", "REDISLOCK_URL": "redis://h/1"},
-                     "celery")  # fmt: skip
+    app = configured({"celery_broker_url": "redis://h/0", "REDISLOCK_URL": "redis://h/1"}, "celery")
     [line] = unread_settings(app)
     assert line.endswith("write celery_redislock_url or redislock_url"), line
 

@@ -139,14 +139,18 @@ def test_a_redelivered_copy_never_runs_beside_its_first_run_on_a_free_slot(
 
     def deferrals() -> int:
         return sum(
-            s["signal"] == "redislock_contended" and s["task_id"] == result.id
+            s["signal"] == "redislock_contended"
+            and s["task_id"] == result.id
             and s["policy"] == "redelivered"
             for s in app.recorder.signals()
-        )  # fmt: skip
+        )
 
     restore_timeout, waited_for = redis_restore_wait()
-    wait_for(lambda: deferrals() >= 2, restore_timeout + 30,
-             message="the requeued copy looking again: " + waited_for)  # fmt: skip
+    wait_for(
+        lambda: deferrals() >= 2,
+        restore_timeout + 30,
+        message="the requeued copy looking again: " + waited_for,
+    )
     assert len(starts(app, "parked", "sem")) == 1  # it did not run alongside
     redis_client.set(f"{config['prefix']}:gate:sem", 1, ex=600)
     assert result.get(timeout=60)["name"] == "park:sem"

@@ -121,8 +121,9 @@ def test_eager_retry_keeps_the_marker_then_clears_it(
 ) -> None:
     seen: list[tuple[int, bytes | None]] = []
 
-    @unique_task(app, bind=True, base=LockedTask, lock_key="dd:{key}", lock_dedupe=True,
-                 max_retries=1)  # fmt: skip
+    @unique_task(
+        app, bind=True, base=LockedTask, lock_key="dd:{key}", lock_dedupe=True, max_retries=1
+    )
     def flaky(self: Any, key: int) -> int:
         marker = redis_client.get(marker_key(prefix, f"dd:{key}", flaky.name))
         seen.append((self.request.retries, marker))
@@ -144,9 +145,14 @@ def test_eager_semaphore_with_a_per_account_limit(
 ) -> None:
     plans = {"acme": 2}
 
-    @unique_task(app, bind=True, base=SemaphoreTask, semaphore_key="acct:{account}",
-                 semaphore_limit=lambda account, **_: plans[account],
-                 lock_policy="raise")  # fmt: skip
+    @unique_task(
+        app,
+        bind=True,
+        base=SemaphoreTask,
+        semaphore_key="acct:{account}",
+        semaphore_limit=lambda account, **_: plans[account],
+        lock_policy="raise",
+    )
     def sync(self: Any, account: str) -> Any:
         return self.request.redislock.limit, len(self.request.redislock.holders())
 

@@ -49,14 +49,22 @@ def test_the_minimal_app_skips_the_second_call_as_the_readme_says(tmp_path: Path
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
         log = (tmp_path / "worker.log").open("w")
         worker = subprocess.Popen(
-            ["bash", "-c", f"exec {worker_line}"], cwd=tmp_path, env=env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            ["bash", "-c", f"exec {worker_line}"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             sent = subprocess.run(
-                ["bash", "-c", send_line], cwd=tmp_path, env=env,
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
+                ["bash", "-c", send_line],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(60)

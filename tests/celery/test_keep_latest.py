@@ -92,8 +92,13 @@ def test_a_stampede_runs_the_first_call_and_the_newest(
         result = app.AsyncResult(older)
         assert result.state == SUPERSEDED and result.info["superseded_by"] == newer
     check_every_call_served(app, key, calls)
-    superseded = [s for s in app.recorder.signals() if s["signal"] == "redislock_dropped"
-                  and s.get("reason") == "superseded" and s["name"] == f"latest:{key}"]  # fmt: skip
+    superseded = [
+        s
+        for s in app.recorder.signals()
+        if s["signal"] == "redislock_dropped"
+        and s.get("reason") == "superseded"
+        and s["name"] == f"latest:{key}"
+    ]
     assert len(superseded) == 98
 
 
@@ -131,8 +136,11 @@ def test_the_pending_run_survives_a_sigkill_of_the_running_child(
     os.kill(first["pid"], signal.SIGKILL)  # the main process gives the lock back
     app.AsyncResult(calls[-1][0]).get(timeout=90)
     assert [e["value"] for e in runs(app, key)] == [0, 5]
-    wait_for(lambda: app.AsyncResult(calls[0][0]).state == "FAILURE", 90,
-             message="the killed run's FAILURE")  # fmt: skip
+    wait_for(
+        lambda: app.AsyncResult(calls[0][0]).state == "FAILURE",
+        90,
+        message="the killed run's FAILURE",
+    )
     for task_id, _ in calls[1:-1]:
         assert app.AsyncResult(task_id).state == SUPERSEDED
     started = {e["id"]: e["t"] for e in runs(app, key)}
@@ -152,8 +160,12 @@ def test_a_worker_killed_whole_with_a_pending_run_loses_nothing(
     """Main process and children SIGKILLed while a run holds the key and a call
     waits: a new worker runs the pending call (the dead holder's lock goes at
     its TTL or sooner, then its sweeper promotes)."""
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "3",
-              "park_sweep": "0.5"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "3",
+        "park_sweep": "0.5",
+    }
     app = create_app(config)
     task = app.tasks["basic.keep_latest"]
     key = uuid.uuid4().hex[:8]
@@ -187,8 +199,11 @@ def test_debounced_calls_run_once_with_the_last_arguments_after_the_quiet_period
     started = runs(app, key, "debounced")
     assert [e["value"] for e in started] == [4]
     assert started[0]["t"] >= calls[-1][1] + 0.5  # never before the quiet period
-    wait_for(lambda: all(app.AsyncResult(i).state == SUPERSEDED for i, _ in calls[:-1]), 30,
-             message="four SUPERSEDED")  # fmt: skip
+    wait_for(
+        lambda: all(app.AsyncResult(i).state == SUPERSEDED for i, _ in calls[:-1]),
+        30,
+        message="four SUPERSEDED",
+    )
     check_every_call_served(app, key, calls, "debounced")
 
 
@@ -232,8 +247,12 @@ def test_a_throttle_without_trailing_returns_the_windows_task(app: Any, worker: 
     assert {r.id for r in results} == {results[0].id}  # one message: the window's
     results[0].get(timeout=60)
     assert [e["value"] for e in runs(app, key, "throttled_leading")] == [0]
-    wait_for(lambda: task.delay(key, 10).id != results[0].id, 30, interval=0.1,
-             message="the window to end")  # fmt: skip
+    wait_for(
+        lambda: task.delay(key, 10).id != results[0].id,
+        30,
+        interval=0.1,
+        message="the window to end",
+    )
 
 
 def test_a_debounced_call_survives_the_loss_of_every_worker(redis_url: str, tmp_path: Any) -> None:
@@ -321,8 +340,11 @@ def test_the_pending_call_starts_after_the_running_runs_retries(
     waiting = task.delay(key, 1)
     assert waiting.state == PARKED
     open_gate(app, config, key)  # the run retries
-    wait_for(lambda: _parked_at_head(app, config, key, first.id), 30,
-             message="the retry stored ahead of the park")  # fmt: skip
+    wait_for(
+        lambda: _parked_at_head(app, config, key, first.id),
+        30,
+        message="the retry stored ahead of the park",
+    )
     newer = task.delay(key, 2)
     assert newer.get(timeout=60) == 2 and first.get(timeout=60) == 0
     assert waiting.state == SUPERSEDED and waiting.info["superseded_by"] == newer.id
@@ -330,8 +352,13 @@ def test_the_pending_call_starts_after_the_running_runs_retries(
     assert [(e["value"], e["retries"]) for e in started] == [(0, 0), (0, 1), (2, 0)]
     ends = [e for e in app.recorder.events("keep_latest_retrying", key) if e["what"] == "end"]
     assert started[2]["t"] > ends[0]["t"]  # the newer call started after the retry ended
-    parked = [s for s in app.recorder.signals() if s["signal"] == "redislock_parked"
-              and s["name"] == f"lretry:{key}" and s["where"] == "retry"]  # fmt: skip
+    parked = [
+        s
+        for s in app.recorder.signals()
+        if s["signal"] == "redislock_parked"
+        and s["name"] == f"lretry:{key}"
+        and s["where"] == "retry"
+    ]
     assert [s["task_id"] for s in parked] == [first.id]
 
 

@@ -142,29 +142,74 @@ def test_missing_template_field_fails_when_the_app_finalizes(redis_url: str) -> 
         ({"lock_key": "a:{x}", "lock_ttl": 0}, ValueError, "positive"),
         ({"lock_key": "a:{x}", "lock_retry_max": -1}, ValueError, "lock_retry_max"),
         ({"lock_key": "a:{x}", "lock_wait_timeout": -1}, ValueError, "lock_wait_timeout"),
-        ({"lock_key": "a:{x}", "lock_debounce": 1}, ValueError,
-         "lock_debounce needs lock_policy='keep_latest'"),
-        ({"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_debounce": 0}, ValueError,
-         "lock_debounce"),
-        ({"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_debounce": 2,
-          "lock_debounce_max": 1}, ValueError, r"lock_debounce_max \(1\) must be >= "),
-        ({"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_debounce_max": 1},
-         ValueError, "lock_debounce_max needs lock_debounce"),
+        (
+            {"lock_key": "a:{x}", "lock_debounce": 1},
+            ValueError,
+            "lock_debounce needs lock_policy='keep_latest'",
+        ),
+        (
+            {"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_debounce": 0},
+            ValueError,
+            "lock_debounce",
+        ),
+        (
+            {
+                "lock_key": "a:{x}",
+                "lock_policy": "keep_latest",
+                "lock_debounce": 2,
+                "lock_debounce_max": 1,
+            },
+            ValueError,
+            r"lock_debounce_max \(1\) must be >= ",
+        ),
+        (
+            {"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_debounce_max": 1},
+            ValueError,
+            "lock_debounce_max needs lock_debounce",
+        ),
         ({"lock_key": "a:{x}", "lock_policy": "keep_lastest"}, ValueError, "keep_latest"),
-        ({"lock_key": "a:{x}", "lock_throttle": 1}, ValueError,
-         "lock_throttle needs lock_policy='keep_latest'"),
-        ({"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_throttle": 1, "rate": "2/s"},
-         ValueError, "set lock_throttle or rate, not both"),
-        ({"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_throttle": 1,
-          "lock_debounce": 1}, ValueError, "set lock_throttle or lock_debounce, not both"),
-        ({"lock_key": "a:{x}", "lock_throttle_trailing": False}, ValueError,
-         "lock_throttle_trailing needs lock_throttle"),
-        ({"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_throttle": 1,
-          "lock_throttle_trailing": "no"}, TypeError, "must be a bool"),
-        ({"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_throttle": -1}, ValueError,
-         "lock_throttle"),
+        (
+            {"lock_key": "a:{x}", "lock_throttle": 1},
+            ValueError,
+            "lock_throttle needs lock_policy='keep_latest'",
+        ),
+        (
+            {"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_throttle": 1, "rate": "2/s"},
+            ValueError,
+            "set lock_throttle or rate, not both",
+        ),
+        (
+            {
+                "lock_key": "a:{x}",
+                "lock_policy": "keep_latest",
+                "lock_throttle": 1,
+                "lock_debounce": 1,
+            },
+            ValueError,
+            "set lock_throttle or lock_debounce, not both",
+        ),
+        (
+            {"lock_key": "a:{x}", "lock_throttle_trailing": False},
+            ValueError,
+            "lock_throttle_trailing needs lock_throttle",
+        ),
+        (
+            {
+                "lock_key": "a:{x}",
+                "lock_policy": "keep_latest",
+                "lock_throttle": 1,
+                "lock_throttle_trailing": "no",
+            },
+            TypeError,
+            "must be a bool",
+        ),
+        (
+            {"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_throttle": -1},
+            ValueError,
+            "lock_throttle",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_locked_task_options(
     app: Celery, options: dict[str, Any], error: type[Exception], match: str
 ) -> None:
@@ -177,21 +222,36 @@ def test_bad_locked_task_options(
 @pytest.mark.parametrize(
     ("base", "options", "match"),
     [
-        (LockedTask, {"lock_key": "a:{x}", "lock_polcy": "wait"},
-         r"'lock_polcy' is not an option of LockedTask; did you mean 'lock_policy'\?"),
-        (SemaphoreTask, {"semaphore_key": "a:{x}", "semaphore_limit": 2, "lock_key": "a:{x}"},
-         "'lock_key' is not an option of SemaphoreTask but of LockedTask; "
-         "SemaphoreTask takes 'semaphore_key'"),
-        (LockedTask, {"lock_key": "a:{x}", "semaphore_limit": 2},
-         "use base=SemaphoreTask"),
-        (SemaphoreTask, {"semaphore_key": "a:{x}", "semaphore_limit": 2, "semaphore_tll": 5},
-         "did you mean 'semaphore_ttl'"),
-        (LockedTask, {"lock_key": "a:{x}", "rate_for_each_account": "20/s"},
-         r"'rate_for_each_account' is not an option of LockedTask \(its options: lock_debounce, "),
-        (LockedTask, {"lock_key": "a:{x}", "rate_key": "b:{x}", "rate": "20/s"},
-         "'rate_key' is not an option of LockedTask but of RateLimitedTask"),
+        (
+            LockedTask,
+            {"lock_key": "a:{x}", "lock_polcy": "wait"},
+            r"'lock_polcy' is not an option of LockedTask; did you mean 'lock_policy'\?",
+        ),
+        (
+            SemaphoreTask,
+            {"semaphore_key": "a:{x}", "semaphore_limit": 2, "lock_key": "a:{x}"},
+            "'lock_key' is not an option of SemaphoreTask but of LockedTask; "
+            "SemaphoreTask takes 'semaphore_key'",
+        ),
+        (LockedTask, {"lock_key": "a:{x}", "semaphore_limit": 2}, "use base=SemaphoreTask"),
+        (
+            SemaphoreTask,
+            {"semaphore_key": "a:{x}", "semaphore_limit": 2, "semaphore_tll": 5},
+            "did you mean 'semaphore_ttl'",
+        ),
+        (
+            LockedTask,
+            {"lock_key": "a:{x}", "rate_for_each_account": "20/s"},
+            r"'rate_for_each_account' is not an option of LockedTask "
+            r"\(its options: lock_debounce, ",
+        ),
+        (
+            LockedTask,
+            {"lock_key": "a:{x}", "rate_key": "b:{x}", "rate": "20/s"},
+            "'rate_key' is not an option of LockedTask but of RateLimitedTask",
+        ),
     ],
-)  # fmt: skip
+)
 def test_unknown_options_are_refused_naming_the_nearest(
     app: Celery, base: type, options: dict[str, Any], match: str
 ) -> None:
@@ -304,9 +364,14 @@ def test_eager_execution_takes_the_lock_too(app: Celery, redis_url: str, prefix:
 
 @pytest.mark.parametrize(
     "coalescing",
-    [{"lock_debounce": 0.1, "lock_debounce_max": 1}, {"lock_throttle": 0.2},
-     {"lock_throttle": 0.2, "lock_throttle_trailing": False}, {"lock_supersede": True}, {}],
-)  # fmt: skip
+    [
+        {"lock_debounce": 0.1, "lock_debounce_max": 1},
+        {"lock_throttle": 0.2},
+        {"lock_throttle": 0.2, "lock_throttle_trailing": False},
+        {"lock_supersede": True},
+        {},
+    ],
+)
 def test_coalescing_with_a_callable_key_runs_every_call_when_eager(
     app: Celery, coalescing: dict[str, Any]
 ) -> None:
@@ -316,8 +381,13 @@ def test_coalescing_with_a_callable_key_runs_every_call_when_eager(
     app.conf.task_always_eager = True
     ran: list[float] = []
 
-    @unique_task(app, base=LockedTask, lock_key=lambda args, kwargs: f"doc:{args[0]}",
-                 lock_policy="keep_latest", **coalescing)  # fmt: skip
+    @unique_task(
+        app,
+        base=LockedTask,
+        lock_key=lambda args, kwargs: f"doc:{args[0]}",
+        lock_policy="keep_latest",
+        **coalescing,
+    )
     def reindex(doc: int, n: int) -> None:
         ran.append(time.monotonic())
 

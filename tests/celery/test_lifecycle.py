@@ -55,8 +55,11 @@ def holders(app: Any, task_name: str, *args: Any) -> list[Any]:
 
 
 def result_of(app: Any, result: AsyncResult, timeout: float = 60.0) -> AsyncResult:
-    wait_for(lambda: result.state not in ("PENDING", "STARTED", "RETRY"), timeout,
-             message=f"task {result.id} to end (state {result.state})")  # fmt: skip
+    wait_for(
+        lambda: result.state not in ("PENDING", "STARTED", "RETRY"),
+        timeout,
+        message=f"task {result.id} to end (state {result.state})",
+    )
     return result
 
 

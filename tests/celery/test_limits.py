@@ -56,8 +56,13 @@ def test_bad_limit_fails_at_decoration_naming_the_task(
     name = f"limits.bad.{uuid.uuid4().hex}"
     with pytest.raises(error, match=match) as info:
 
-        @app.task(name=name, shared=False, base=SemaphoreTask, semaphore_key="a:{account_id}",
-                  semaphore_limit=limit)  # fmt: skip
+        @app.task(
+            name=name,
+            shared=False,
+            base=SemaphoreTask,
+            semaphore_key="a:{account_id}",
+            semaphore_limit=limit,
+        )
         def sync(account_id: int, job: str = "") -> None: ...
 
     assert name in str(info.value)
@@ -70,24 +75,33 @@ def test_callable_gets_the_bound_arguments_by_keyword(app: Celery) -> None:
         seen.append(kwargs)
         return 3
 
-    @unique_task(app, base=SemaphoreTask, semaphore_key="a:{account_id}",
-                 semaphore_limit=everything)  # fmt: skip
+    @unique_task(
+        app, base=SemaphoreTask, semaphore_key="a:{account_id}", semaphore_limit=everything
+    )
     def sync(account_id: int, job: str = "full", *rest: Any, **extra: Any) -> None: ...
 
     assert sync.redislock_limit((7,), {"flag": True}) == 3
     # defaults applied, the task's **extra flattened in, *rest never passed
     assert seen == [{"account_id": 7, "job": "full", "flag": True}]
 
-    @unique_task(app, base=SemaphoreTask, semaphore_key="a:{account_id}",
-                 semaphore_limit=lambda account_id: account_id + 1)  # fmt: skip
+    @unique_task(
+        app,
+        base=SemaphoreTask,
+        semaphore_key="a:{account_id}",
+        semaphore_limit=lambda account_id: account_id + 1,
+    )
     def narrow(account_id: int, job: str) -> None: ...
 
     assert narrow.redislock_limit((), {"account_id": 4, "job": "x"}) == 5
 
 
 def test_a_callable_limit_needs_the_arguments_for_a_lease_set(app: Celery) -> None:
-    @unique_task(app, base=SemaphoreTask, semaphore_key="a:{account_id}",
-                 semaphore_limit=lambda account_id, **_: 2)  # fmt: skip
+    @unique_task(
+        app,
+        base=SemaphoreTask,
+        semaphore_key="a:{account_id}",
+        semaphore_limit=lambda account_id, **_: 2,
+    )
     def sync(account_id: int) -> None: ...
 
     with pytest.raises(TypeError, match="callable of the task's arguments"):
@@ -100,17 +114,29 @@ def test_a_callable_limit_needs_the_arguments_for_a_lease_set(app: Celery) -> No
 
 @pytest.mark.parametrize(
     ("value", "error", "match"),
-    [(0, ValueError, "must be >= 1, got 0"), ("3", TypeError, "got str"),
-     (True, TypeError, "got bool"), (None, TypeError, "got NoneType")],
-)  # fmt: skip
+    [
+        (0, ValueError, "must be >= 1, got 0"),
+        ("3", TypeError, "got str"),
+        (True, TypeError, "got bool"),
+        (None, TypeError, "got NoneType"),
+    ],
+)
 def test_bad_limit_value_fails_the_run_without_the_body(
-    app: Celery, redis_client: redis.Redis, prefix: str, value: Any, error: type[Exception],
+    app: Celery,
+    redis_client: redis.Redis,
+    prefix: str,
+    value: Any,
+    error: type[Exception],
     match: str,
-) -> None:  # fmt: skip
+) -> None:
     ran: list[int] = []
 
-    @unique_task(app, base=SemaphoreTask, semaphore_key="a:{account_id}",
-                 semaphore_limit=lambda account_id, **_: value)  # fmt: skip
+    @unique_task(
+        app,
+        base=SemaphoreTask,
+        semaphore_key="a:{account_id}",
+        semaphore_limit=lambda account_id, **_: value,
+    )
     def sync(account_id: int) -> None:
         ran.append(account_id)
 
@@ -127,9 +153,14 @@ def test_limit_is_evaluated_per_run_and_recorded(
 ) -> None:
     plans = {"gold": 3, "free": 1}
 
-    @unique_task(app, bind=True, base=SemaphoreTask, semaphore_key="acct:{account_id}",
-                 semaphore_limit=lambda account_id, **_: plans[account_id],
-                 lock_policy="raise")  # fmt: skip
+    @unique_task(
+        app,
+        bind=True,
+        base=SemaphoreTask,
+        semaphore_key="acct:{account_id}",
+        semaphore_limit=lambda account_id, **_: plans[account_id],
+        lock_policy="raise",
+    )
     def sync(self: Any, account_id: str) -> Any:
         lease = self.request.redislock
         [mine] = [h for h in lease.holders() if lease.lease and h.owner == lease.lease.owner]
@@ -162,15 +193,16 @@ def test_cleanup_of_a_dead_run_releases_even_if_the_limit_callable_fails(
             raise ConnectionError("plan database down")
         return 2
 
-    @unique_task(app, base=SemaphoreTask, semaphore_key="acct:{account_id}",
-                 semaphore_limit=plan)  # fmt: skip
+    @unique_task(app, base=SemaphoreTask, semaphore_key="acct:{account_id}", semaphore_limit=plan)
     def sync(account_id: int) -> None: ...
 
     task_id, pid = uuid.uuid4().hex, os.getpid() + 100000  # a "dead child" that never existed
     held = sync.redislock_leaseset(
-        "acct:5", limit=sync.redislock_limit((5,), {}), owner_prefix=execution_prefix(task_id, pid),
+        "acct:5",
+        limit=sync.redislock_limit((5,), {}),
+        owner_prefix=execution_prefix(task_id, pid),
         task_id=task_id,
-    )  # fmt: skip
+    )
     assert held.acquire()
     held._forget()  # this process forgets it (no renewal, no release), as a dead child would
     broken["now"] = True
@@ -185,9 +217,11 @@ def test_cleanup_of_a_dead_run_releases_even_if_the_limit_callable_fails(
 def config(redis_url: str) -> dict[str, str]:
     # No park sweeps: a parked task that runs here was promoted by a release.
     return {
-        "redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
         "park_sweep": "3600",
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture(scope="module")
@@ -240,8 +274,11 @@ def test_limit_raised_and_lowered_while_holders_run(
     plan(3)
     raised_at = time.time()
     a.append(task.apply_async((account, 2, True)))
-    wait_for(lambda: contended(a[1], raised_at) and contended(a[2], raised_at), 120,
-             message="A1, A2 turned away while the plan-1 holder runs")  # fmt: skip
+    wait_for(
+        lambda: contended(a[1], raised_at) and contended(a[2], raised_at),
+        120,
+        message="A1, A2 turned away while the plan-1 holder runs",
+    )
     assert not {1, 2} & set(started())
     open_gate(0)
     wait_for(lambda: {1, 2} <= set(started()), 120, message="A1, A2 admitted under plan 3")

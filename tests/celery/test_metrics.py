@@ -45,8 +45,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def config(redis_url: str) -> dict[str, str]:
-    return {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}",
-            "metrics_port": str(free_port()), "park_sweep": "0.5"}  # fmt: skip
+    return {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "metrics_port": str(free_port()),
+        "park_sweep": "0.5",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +89,30 @@ def exporter(redis_url: str, prefix: str) -> Iterator[int]:
     stopped with Ctrl-C at the end, which must exit 0 without a traceback."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.celery_apps.basic", "redislock",
-         "--url", redis_url, "--prefix", prefix, "exporter", "--port", str(port),
-         "--host", "127.0.0.1"],
-        cwd=ROOT, env={**os.environ, "REDISLOCK_TEST_REDIS": redis_url,
-                       "REDISLOCK_TEST_PREFIX": prefix},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=interruptible,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.celery_apps.basic",
+            "redislock",
+            "--url",
+            redis_url,
+            "--prefix",
+            prefix,
+            "exporter",
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "REDISLOCK_TEST_REDIS": redis_url, "REDISLOCK_TEST_PREFIX": prefix},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=interruptible,
+    )
     try:
         yield port
     finally:
@@ -103,9 +124,10 @@ def exporter(redis_url: str, prefix: str) -> Iterator[int]:
 def sample(samples: dict[Any, float], name: str, **labels: str) -> float:
     """The sum of ``name`` over the samples whose labels include ``labels``."""
     return sum(
-        value for (n, have), value in samples.items()
+        value
+        for (n, have), value in samples.items()
         if n == name and set(labels.items()) <= set(have)
-    )  # fmt: skip
+    )
 
 
 def test_every_count_equals_what_ran_in_every_child(app: Any, worker: Any) -> None:
@@ -145,25 +167,37 @@ def test_every_count_equals_what_ran_in_every_child(app: Any, worker: Any) -> No
     wait_for(met, 60, message=f"the scrape to show {expected}")
     samples = scrape(port)
     assert starts("refresh_cache") == 1  # the other three were skipped
-    assert sample(samples, "redislock_contended_total", task="basic.refresh_cache",
-                  outcome="skip") == 3  # fmt: skip
+    assert (
+        sample(samples, "redislock_contended_total", task="basic.refresh_cache", outcome="skip")
+        == 3
+    )
     signals = app.recorder.signals()
     # Counted where they happen: parkings at enqueue happen in this process.
-    parked_signals = sum(s["signal"] == "redislock_parked" and s["pid"] != os.getpid()
-                         and s["task_id"] in {r.id for r in parked} for s in signals)  # fmt: skip
-    assert sample(samples, "redislock_contended_total", task="basic.parked",
-                  outcome="park") == parked_signals  # fmt: skip
-    promoted_signals = sum(s["signal"] == "redislock_promoted" and s["task_id"] in
-                           {r.id for r in parked} for s in signals)  # fmt: skip
+    parked_signals = sum(
+        s["signal"] == "redislock_parked"
+        and s["pid"] != os.getpid()
+        and s["task_id"] in {r.id for r in parked}
+        for s in signals
+    )
+    assert (
+        sample(samples, "redislock_contended_total", task="basic.parked", outcome="park")
+        == parked_signals
+    )
+    promoted_signals = sum(
+        s["signal"] == "redislock_promoted" and s["task_id"] in {r.id for r in parked}
+        for s in signals
+    )
     assert sample(samples, "redislock_promoted_total", task="basic.parked") == promoted_signals
-    assert sample(samples, "redislock_released_total", task="basic.parked",
-                  reason="finished") == 6  # fmt: skip
-    assert sample(samples, "redislock_released_total", task="basic.sleeper",
-                  reason="worker lost") == 1  # fmt: skip
+    assert sample(samples, "redislock_released_total", task="basic.parked", reason="finished") == 6
+    assert (
+        sample(samples, "redislock_released_total", task="basic.sleeper", reason="worker lost") == 1
+    )
     assert sample(samples, "redislock_lost_total") == 0
-    assert all(dict(labels).get("kind") in {"lock", "semaphore", "rate"}
-               for (name, labels) in samples if name.startswith("redislock_")
-               and "kind" in dict(labels))  # fmt: skip
+    assert all(
+        dict(labels).get("kind") in {"lock", "semaphore", "rate"}
+        for (name, labels) in samples
+        if name.startswith("redislock_") and "kind" in dict(labels)
+    )
     assert not any("key" in dict(labels) for _, labels in samples)  # never the lock key
 
 
@@ -215,8 +249,10 @@ def test_the_exporter_counts_slots_in_use_and_keys_at_their_limit(
     wait_for(lambda: starts() == 3, 60, message="three runs holding")
     with exporter(redis_url, config["prefix"]) as port:
         samples = wait_for(lambda: served(port), 60, message="the exporter")
-        states = {s.name: s for s in inspect_names(client, config["prefix"],
-                                                   [f"park:{full}", f"cache:{cache}"])}  # fmt: skip
+        states = {
+            s.name: s
+            for s in inspect_names(client, config["prefix"], [f"park:{full}", f"cache:{cache}"])
+        }
         assert (
             len(states[f"park:{full}"].holders)
             == 2
@@ -241,6 +277,9 @@ def test_the_exporter_counts_slots_in_use_and_keys_at_their_limit(
             client.set(f"{config['prefix']}:gate:{key}", 1)
         for r in runs:
             r.get(timeout=60)
-        wait_for(lambda: sample(scrape(port), "redislock_slots_in_use") == 0, 30,
-                 message="no slot in use once the runs ended")  # fmt: skip
+        wait_for(
+            lambda: sample(scrape(port), "redislock_slots_in_use") == 0,
+            30,
+            message="no slot in use once the runs ended",
+        )
         assert sample(scrape(port), "redislock_keys_at_limit") == 0

@@ -103,10 +103,16 @@ def stampede(config: dict[str, str], task: str, producers: int, each: int) -> li
     procs = []
     for n in range(producers):
         argument = json.dumps([config, task, each, n == producers - 1])
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", PRODUCER, argument], cwd=ROOT, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", PRODUCER, argument],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     ids: list[str] = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -222,8 +228,12 @@ def mixed_scenario(app: Celery, config: dict[str, str]) -> dict[str, str]:
     calls_before = set(calls)
     again = call("mon.requeued", "e", 0.0)  # requeued (RETRY) until the first ends
     assert again.id not in calls_before
-    wait_for(lambda: any(i for i in ran(app, config) if calls[i] == "mon.capped"), 30, 0.02,
-             "a capped body")  # fmt: skip
+    wait_for(
+        lambda: any(i for i in ran(app, config) if calls[i] == "mon.capped"),
+        30,
+        0.02,
+        "a capped body",
+    )
     held = call("mon.capped", "f", 2.0)  # runs
     wait_for(lambda: held.id in ran(app, config), 30, 0.02, "the f holder")
     dropped = call("mon.capped", "f", 0.0)  # parked, then revoked: never runs
@@ -292,10 +302,22 @@ def flower(config: dict[str, str], tmp_path: Path) -> Iterator[int]:
     env["PYTHONPATH"] = str(ROOT)
     log = (tmp_path / "flower.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.celery_apps.monitoring", "flower",
-         f"--port={port}", "--address=127.0.0.1"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.celery_apps.monitoring",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: _answers(port), 60, 0.2, "Flower to answer")
         yield port
@@ -398,8 +420,10 @@ def test_a_writer_killed_holding_the_guard_only_delays_the_next_write(
     app = guarded_app(redis_url, prefix)
     done = subprocess.run(
         [sys.executable, "-c", HOLD_AND_DIE, redis_url, prefix, "killed", "k1"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
     assert done.returncode == -9  # it died holding the guard
     guard = f"{prefix}:{{killed}}:state:k1"
     assert redis.Redis.from_url(redis_url).get(guard) == b"dead-writer"

@@ -128,8 +128,13 @@ def assert_nothing_left(app: Any, key: str) -> None:
 def sweeping_config(redis_url: str, **extra: str) -> dict[str, str]:
     """A fresh prefix, a 30 s lease TTL, a 4 s reservation deadline and a sweep
     every 0.5 s (for the crash tests' own workers), plus ``extra``."""
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
-              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_deadline": "4",
+        "park_sweep": "0.5",
+    }
     return {**config, **extra}
 
 
@@ -277,10 +282,16 @@ def test_revoke_and_expiry_of_parked_tasks(app: Any, worker: Any, key: str) -> N
     ran = {e["id"] for e in events(app, key, "start")}
     assert ran == {r.id for r in running} | {last.id}
     assert revoked.state == revoked_by_id.state == expired.state == "REVOKED"
-    dropped = {(s["task_id"], s["reason"]) for s in app.recorder.signals()
-               if s["signal"] == "redislock_dropped" and s["name"] == f"park:{key}"}  # fmt: skip
-    assert dropped == {(revoked.id, "revoked"), (revoked_by_id.id, "revoked"),
-                       (expired.id, "expired")}  # fmt: skip
+    dropped = {
+        (s["task_id"], s["reason"])
+        for s in app.recorder.signals()
+        if s["signal"] == "redislock_dropped" and s["name"] == f"park:{key}"
+    }
+    assert dropped == {
+        (revoked.id, "revoked"),
+        (revoked_by_id.id, "revoked"),
+        (expired.id, "expired"),
+    }
     assert_nothing_left(app, key)
 
 
@@ -328,8 +339,13 @@ def test_bound_over_all_names_is_a_clear_error(redis_url: str) -> None:
 def test_sweeper_fills_all_slots_after_holders_died(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "3",
-              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "3",
+        "park_deadline": "4",
+        "park_sweep": "0.5",
+    }
     app = create_app(config)
     task = app.tasks["basic.parked"]
     with worker_factory(tmp_path_factory.mktemp("park-sweep")) as start:
@@ -356,8 +372,14 @@ def test_park_with_rabbitmq_as_broker(
 ) -> None:
     """Enqueue-time parking, promotion (anonymous exchange to the queue) and
     run-time parking of ``send_task`` messages with AMQP as the broker."""
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
-              "broker": RABBITMQ_URL, "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "broker": RABBITMQ_URL,
+        "park_deadline": "4",
+        "park_sweep": "0.5",
+    }
     app = create_app(config)
     task = app.tasks["basic.parked"]
     with worker_factory(tmp_path_factory.mktemp("park-amqp")) as start:
@@ -397,8 +419,13 @@ def test_countdown_retry_of_a_promoted_task_releases_its_slot(
 def test_publisher_killed_after_reserve_before_publish(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
-              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_deadline": "4",
+        "park_sweep": "0.5",
+    }
     app = create_app(config)
     task = app.tasks["basic.parked"]
     with worker_factory(tmp_path_factory.mktemp("park-fault")) as start:
@@ -433,8 +460,14 @@ def test_child_killed_after_park_before_ack(
     message (no FAILURE, no requeue: the park has the task), and the parked
     task runs once when a slot frees."""
     prefix = f"t-{uuid.uuid4().hex[:12]}"
-    config = {"redis": redis_url, "prefix": prefix, "ttl": "30", "acks_late": "1",
-              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": prefix,
+        "ttl": "30",
+        "acks_late": "1",
+        "park_deadline": "4",
+        "park_sweep": "0.5",
+    }
     app = create_app(config)
     client = app.recorder.client
     with worker_factory(tmp_path_factory.mktemp("park-after-park")) as start:
@@ -444,9 +477,14 @@ def test_child_killed_after_park_before_ack(
         sent = app.send_task("basic.parked", args=(key, 9, 0.1)).id
         wait_for(lambda: not client.exists(f"{prefix}:fault:after_park"), 60, message="killed")
         assert parking(app, key).status().parked == 1
-        wait_for(lambda: f"[{sent}]: its process died after the task was parked"
-                 in worker.log_path.read_text(errors="replace"), 120,
-                 message="the main process finding it parked")  # fmt: skip
+        wait_for(
+            lambda: (
+                f"[{sent}]: its process died after the task was parked"
+                in worker.log_path.read_text(errors="replace")
+            ),
+            120,
+            message="the main process finding it parked",
+        )
         assert parking(app, key).status().parked == 1
         # Not FAILURE; PENDING, as the child died before it stored PARKED.
         assert AsyncResult(sent, app=app).state in ("PENDING", "PARKED")
@@ -467,8 +505,13 @@ def test_promoted_message_lost_late_or_duplicated(
     re-published by the sweeper after the deadline; the late original and a
     duplicate copy are dropped.  Each task runs exactly once."""
     prefix = f"t-{uuid.uuid4().hex[:12]}"
-    config = {"redis": redis_url, "prefix": prefix, "ttl": "30",
-              "park_deadline": "4", "park_sweep": "0.5"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": prefix,
+        "ttl": "30",
+        "park_deadline": "4",
+        "park_sweep": "0.5",
+    }
     app = create_app(config)
     task = app.tasks["basic.parked"]
     client = app.recorder.client
@@ -484,13 +527,19 @@ def test_promoted_message_lost_late_or_duplicated(
             r.get(timeout=180)
         points = ("lose_publish", "late_publish", "dup_publish")
         assert not client.exists(*(f"{prefix}:fault:{p}" for p in points)), "every fault fired"
-        wait_for(lambda: len(client.lrange(f"{prefix}:fault-log", 0, -1)) == 3, 60,
-                 message="the late copy sent")  # fmt: skip
+        wait_for(
+            lambda: len(client.lrange(f"{prefix}:fault-log", 0, -1)) == 3,
+            60,
+            message="the late copy sent",
+        )
         faults = [f.decode().split() for f in client.lrange(f"{prefix}:fault-log", 0, -1)]
         late = next(i for what, i in faults if what == "late")
         dup = next(i for what, i in faults if what == "dup")
-        wait_for(lambda: {d.split()[0] for d in drops(app)} >= {late, dup}, 60,
-                 message="the late and the duplicate copy dropped")  # fmt: skip
+        wait_for(
+            lambda: {d.split()[0] for d in drops(app)} >= {late, dup},
+            60,
+            message="the late and the duplicate copy dropped",
+        )
         wait_for(lambda: queue_length(app) == 0, 60, message="queue drained")
     assert_all_ran_once(app, key, [r.id for r in results])
     assert len(events(app, key, "end")) == len(results)
@@ -514,8 +563,11 @@ def test_cli_lists_and_discards_parked_tasks(redis_url: str, key: str) -> None:
 
     [row] = json.loads(cli("parked", "--json", "--list", "10"))
     assert (row["name"], row["parked"], row["in_flight"], row["overdue"]) == (
-        f"park:{key}", 3, 2, 0,
-    )  # fmt: skip
+        f"park:{key}",
+        3,
+        2,
+        0,
+    )
     assert [e["task_id"] for e in row["entries"]] == [r.id for r in results[LIMIT:]]
     assert sorted(e["task_id"] for e in row["promoted"]) == sorted(r.id for r in results[:LIMIT])
     listed = cli("parked", "--list", "10")
@@ -540,14 +592,19 @@ def test_worker_warns_when_the_lock_redis_persists_nothing(
 ) -> None:
     # Broker and results on one Redis, locks (and parked tasks) on another
     # that runs with --save "" --appendonly no.
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}",
-              "lock_redis": own_redis.url}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "lock_redis": own_redis.url,
+    }
     with worker_factory(tmp_path_factory.mktemp("park-volatile")) as start:
         worker = start(config, pool="prefork", concurrency=1)
         wait_for(
             lambda: "persists nothing" in worker.log_path.read_text(errors="replace"),
-            60, interval=0.1, message="the warning in the worker log",
-        )  # fmt: skip
+            60,
+            interval=0.1,
+            message="the warning in the worker log",
+        )
 
 
 def test_a_plainly_revoked_promoted_task_gives_its_slot_back(
@@ -591,8 +648,11 @@ def test_a_revoke_record_is_honoured_on_arrival(app: Any, worker: Any, key: str)
     wait_for(lambda: reserved.state == sent.state == "REVOKED", 60, message="both REVOKED")
 
     def dropped() -> set[tuple[str, str]]:
-        return {(s["task_id"], s["reason"]) for s in app.recorder.signals()
-                if s["signal"] == "redislock_dropped" and s["name"] == f"park:{key}"}  # fmt: skip
+        return {
+            (s["task_id"], s["reason"])
+            for s in app.recorder.signals()
+            if s["signal"] == "redislock_dropped" and s["name"] == f"park:{key}"
+        }
 
     expected = {(reserved_id, "revoked"), (sent_id, "revoked")}
     wait_for(lambda: dropped() == expected, 30, message=f"lock_dropped for both: {dropped()}")
@@ -607,8 +667,13 @@ def test_an_expired_delivery_frees_its_reservation_at_once(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     # A reservation deadline of 120 s: only the discard itself can free the slot sooner.
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
-              "park_deadline": "120", "park_sweep": "0.5"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_deadline": "120",
+        "park_sweep": "0.5",
+    }
     app = create_app(config)
     task = app.tasks["basic.parked"]
     expiring = task.apply_async((key, 1, 0.1), expires=1)  # reserved, in the broker
@@ -693,10 +758,15 @@ def test_a_promoted_task_says_so_and_status_shows_reservations_apart(
     assert promote(app, f"park:{key}", Capacity.semaphore(LIMIT)) == 1
     assert results[2].state == park.PROMOTED  # in the broker now, not parked
     assert park.PROMOTED == "PROMOTED"
-    out = CliRunner().invoke(
-        celery_main, ["redislock", "--url", redis_url, "--prefix", prefix, "status"],
-        catch_exceptions=False,
-    ).output  # fmt: skip
+    out = (
+        CliRunner()
+        .invoke(
+            celery_main,
+            ["redislock", "--url", redis_url, "--prefix", prefix, "status"],
+            catch_exceptions=False,
+        )
+        .output
+    )
     assert "0 held, 2 reserved for promoted tasks, 0 waiting" in out, out
     assert f"park:{key}  [semaphore]  held 0 (+2 reserved for promoted tasks)" in out, out
     assert out.count("(promoted, not yet started)") == 2, out
@@ -719,15 +789,22 @@ def test_promotion_resends_where_per_call_routing_sent_the_task(
     """A topic exchange and a routing key per call, to a worker consuming only the
     queue bound to it: promoted tasks go back there, not to the default queue."""
     require_rabbitmq()
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "30",
-              "broker": RABBITMQ_URL, "park_deadline": "30", "park_sweep": "0.5",
-              "topic": "1"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "broker": RABBITMQ_URL,
+        "park_deadline": "30",
+        "park_sweep": "0.5",
+        "topic": "1",
+    }
     app = create_app(config)
     task = app.tasks["basic.parked"]
     route = {"exchange": f"topic-{config['prefix']}", "routing_key": "special.reports"}
     with worker_factory(tmp_path_factory.mktemp("park-topic")) as start:
-        start(config, pool="prefork", concurrency=4,
-              extra_args=("-Q", f"special-{config['prefix']}"))  # fmt: skip
+        start(
+            config, pool="prefork", concurrency=4, extra_args=("-Q", f"special-{config['prefix']}")
+        )
         results = [task.apply_async((key, n, 120, True), **route) for n in range(5)]
         wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
         assert parking(app, key).status().parked == 3
@@ -779,14 +856,19 @@ def test_a_chord_counts_a_member_revoked_or_expired_while_parked(
 
     task = app.tasks["basic.parked"]
     running = fill_the_name(app, key)
-    header = [task.si(key, 30, 0.05), task.si(key, 31, 0.05).set(expires=1),
-              task.si(key, 32, 0.05), task.si(key, 33, 0.05)]  # fmt: skip
+    header = [
+        task.si(key, 30, 0.05),
+        task.si(key, 31, 0.05).set(expires=1),
+        task.si(key, 32, 0.05),
+        task.si(key, 33, 0.05),
+    ]
     chorded = chord(header, app.tasks["basic.collect"].s()).apply_async()
     wait_for(lambda: parking(app, key).status().parked == 4, 60, message="members parked")
     [revoked_id] = [
-        e["task_id"] for e in parking(app, key).status(count=4).entries
+        e["task_id"]
+        for e in parking(app, key).status(count=4).entries
         if ", 33, " in (e["argsrepr"] or "")
-    ]  # fmt: skip
+    ]
     assert park.revoke(app, revoked_id, name=f"park:{key}") == "parked"
     let_redis_time_pass(app, 2, "one member expired")
     open_gate(app, key)
@@ -814,13 +896,19 @@ def test_a_stale_copy_redelivered_after_a_whole_worker_kill_never_runs(
         blockers = [f"{key}-busy{n}" for n in range(2)]
         for b in blockers:  # both children busy: the next message is fetched, not started
             app.tasks["basic.refresh_cache"].delay(b, 120, True)
-        wait_for(lambda: all(app.recorder.events("refresh_cache", b) for b in blockers), 60,
-                 message="both children busy")  # fmt: skip
+        wait_for(
+            lambda: all(app.recorder.events("refresh_cache", b) for b in blockers),
+            60,
+            message="both children busy",
+        )
         result = app.tasks["basic.parked"].delay(key, 1, 0.1)  # a free name: reserved
         # Logged once kombu recorded it as unacked (before that, a kill would lose
         # the message in kombu's own window between BRPOP and that record).
-        wait_for(lambda: f"basic.parked[{result.id}] received" in doomed.log_tail(), 60,
-                 message="the message fetched")  # fmt: skip
+        wait_for(
+            lambda: f"basic.parked[{result.id}] received" in doomed.log_tail(),
+            60,
+            message="the message fetched",
+        )
         assert events(app, key) == []
         doomed.kill()
         start(config, pool="prefork", concurrency=2)
@@ -828,8 +916,9 @@ def test_a_stale_copy_redelivered_after_a_whole_worker_kill_never_runs(
         waited = 8 + kombu_restore.restore_cadence() + 60
         wait_for(
             lambda: any(d.startswith(result.id) and "stale" in d for d in drops(app)),
-            waited, message=f"the old copy given back and dropped ({kombu_restore.why()})",
-        )  # fmt: skip
+            waited,
+            message=f"the old copy given back and dropped ({kombu_restore.why()})",
+        )
         wait_for(lambda: queue_length(app) == 0, 60, message="queue drained")
     assert [e["id"] for e in events(app, key, "start")] == [result.id]
     assert_nothing_left(app, key)
@@ -865,8 +954,13 @@ def test_a_queue_slower_than_the_deadline_delays_a_promoted_task_never_starves_i
     carries) and the later copies are dropped: it runs in its place in the
     queue, not only once the load stops."""
     prefix = f"t-{uuid.uuid4().hex[:12]}"
-    config = {"redis": redis_url, "prefix": prefix, "ttl": "30",
-              "park_deadline": "1", "park_sweep": "0.2"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": prefix,
+        "ttl": "30",
+        "park_deadline": "1",
+        "park_sweep": "0.2",
+    }
     app = create_app(config)
     sleeper = app.tasks["basic.sleeper"]
     with worker_factory(tmp_path_factory.mktemp("park-slow-queue")) as start:
@@ -896,13 +990,23 @@ def test_a_promotion_no_worker_starts_is_given_up_with_a_final_state(
     from celery_redislock import ParkUnclaimed, SemaphoreTask
 
     prefix = f"t-{uuid.uuid4().hex[:12]}"
-    config = {"redis": redis_url, "prefix": prefix, "ttl": "30", "park_deadline": "1",
-              "park_sweep": "0.2"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": prefix,
+        "ttl": "30",
+        "park_deadline": "1",
+        "park_sweep": "0.2",
+    }
     app = create_app(config)
     app.conf.redislock_park_max_publishes = 3
 
-    @app.task(shared=False, base=SemaphoreTask, name="basic.client_only",
-              semaphore_key="park:{key}", semaphore_limit=LIMIT)  # fmt: skip
+    @app.task(
+        shared=False,
+        base=SemaphoreTask,
+        name="basic.client_only",
+        semaphore_key="park:{key}",
+        semaphore_limit=LIMIT,
+    )
     def client_only(key: str) -> None:  # registered here only, never in the worker
         raise AssertionError("never runs")
 
@@ -915,8 +1019,11 @@ def test_a_promotion_no_worker_starts_is_given_up_with_a_final_state(
         # FAILURE (NotRegistered) for each copy; the final state is ParkUnclaimed.
         # A fresh AsyncResult per look: a ready one caches its first answer.
         for r in (nowhere, unknown):
-            wait_for(lambda r=r: isinstance(app.AsyncResult(r.id).result, ParkUnclaimed), 60,
-                     message="given up")  # fmt: skip
+            wait_for(
+                lambda r=r: isinstance(app.AsyncResult(r.id).result, ParkUnclaimed),
+                60,
+                message="given up",
+            )
             final = app.AsyncResult(r.id)
             assert final.state == "FAILURE" and "published 3 times" in str(final.result)
         after = [task.delay(key, n, 0.1) for n in range(2, 2 + LIMIT)]  # both slots free
@@ -971,18 +1078,30 @@ def test_a_whole_worker_killed_gives_its_slots_back_before_their_ttl(
         first = start(config, pool="prefork", concurrency=4)
         fill_the_name(app, key)
         waiting = [task.delay(key, n, 0.1) for n in range(10, 10 + LIMIT)]
-        wait_for(lambda: stated_names(app).count(f"park:{key}") == LIMIT, 30,
-                 message="both holders stated")  # fmt: skip
+        wait_for(
+            lambda: stated_names(app).count(f"park:{key}") == LIMIT,
+            30,
+            message="both holders stated",
+        )
         from celery.bin.celery import celery as celery_main
         from click.testing import CliRunner
 
-        out = CliRunner().invoke(
-            celery_main, ["redislock", "--url", redis_url, "--prefix", config["prefix"], "status"],
-            catch_exceptions=False,
-        ).output  # fmt: skip
+        out = (
+            CliRunner()
+            .invoke(
+                celery_main,
+                ["redislock", "--url", redis_url, "--prefix", config["prefix"], "status"],
+                catch_exceptions=False,
+            )
+            .output
+        )
         assert "ALIVE" in out and out.count("s ago") == LIMIT, out  # both holders' statements
-        expiries = [score for _, score in client.zrange(
-            f"{config['prefix']}:{{park:{key}}}:holders", 0, -1, withscores=True)]  # fmt: skip
+        expiries = [
+            score
+            for _, score in client.zrange(
+                f"{config['prefix']}:{{park:{key}}}:holders", 0, -1, withscores=True
+            )
+        ]
         first.kill()
         second = start(config, pool="prefork", concurrency=4)
         for r in waiting:
@@ -1008,8 +1127,11 @@ def test_a_paused_main_process_never_costs_its_running_child_its_slot(
         paused = start(config, pool="prefork", concurrency=2)
         fill_the_name(app, key)
         waiting = task.delay(key, 10, 0.1)
-        wait_for(lambda: stated_names(app).count(f"park:{key}") == LIMIT, 30,
-                 message="both holders stated")  # fmt: skip
+        wait_for(
+            lambda: stated_names(app).count(f"park:{key}") == LIMIT,
+            30,
+            message="both holders stated",
+        )
         doomed, alive = events(app, key, "start")
         os.kill(paused.pid, signal.SIGSTOP)
         try:

@@ -147,9 +147,13 @@ def test_lease_renewed_by_another_process_is_not_reported_lost(
     """The local deadline passes while another process renews: owned() asks Redis first."""
     lost: list[Any] = []
     lock = RedisLock(
-        redis_client, "rp-hb", ttl=0.6, prefix=prefix, owner_prefix="t3.h.44.",
+        redis_client,
+        "rp-hb",
+        ttl=0.6,
+        prefix=prefix,
+        owner_prefix="t3.h.44.",
         on_lost=lost.append,
-    )  # fmt: skip
+    )
     assert lock.acquire(blocking=False)
     lease = lock.lease
     assert lease is not None

@@ -183,8 +183,11 @@ def test_a_task_told_to_back_off_pauses_its_key_and_runs_again_first(
     app.recorder.client.set(f"{app.conf.redislock_prefix}:backoff:{key}", 1)
     task = app.tasks["basic.rated_backoff"]
     first = task.delay(key, 0, 1.5)
-    wait_for(lambda: any(e["what"] == "paused" for e in app.recorder.events("rated_backoff", key)),
-             30, message="the first run asked for a pause")  # fmt: skip
+    wait_for(
+        lambda: any(e["what"] == "paused" for e in app.recorder.events("rated_backoff", key)),
+        30,
+        message="the first run asked for a pause",
+    )
     wait_for(lambda: first.state == PARKED, 30, message="back in the park")
     later = [task.delay(key, n) for n in range(1, 4)]
     assert all(r.state == PARKED for r in later)
@@ -295,8 +298,14 @@ def test_rate_parked_work_survives_a_worker_killed_while_it_is_due(
 ) -> None:
     # acks_late: with early acks a run the kill interrupts is gone, as always in
     # Celery (README, "Production settings"); this test is about the parked ones.
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "rate": "4/s",
-              "park_sweep": "0.5", "acks_late": "1", "visibility": "4"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "rate": "4/s",
+        "park_sweep": "0.5",
+        "acks_late": "1",
+        "visibility": "4",
+    }
     app = create_app(config)
     task = app.tasks["basic.rated"]
     with worker_factory(tmp_path_factory.mktemp("rate-kill")) as start:
@@ -317,17 +326,38 @@ def test_bad_rate_options_fail_at_decoration() -> None:
         ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "fast"}, ValueError, "rate"),
         ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": 0}, ValueError, "positive"),
         ({"base": RateLimitedTask, "rate_key": "k:{a}"}, TypeError, "needs rate="),
-        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "rate_cost": 3},
-         ValueError, "above the burst 1"),
-        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "rate_burst": 0},
-         ValueError, "rate_burst"),
-        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "lock_policy": "wait"},
-         ValueError, "does not combine with rate"),
-        ({"base": SemaphoreTask, "semaphore_key": "k:{a}", "semaphore_limit": 2,
-          "rate_key": "other:{a}", "rate": "5/s"}, TypeError, "rate_key"),
-        ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": lambda nope: "5/s"},
-         ValueError, "not a parameter of the task"),
-    ]  # fmt: skip
+        (
+            {"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "rate_cost": 3},
+            ValueError,
+            "above the burst 1",
+        ),
+        (
+            {"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "rate_burst": 0},
+            ValueError,
+            "rate_burst",
+        ),
+        (
+            {"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "lock_policy": "wait"},
+            ValueError,
+            "does not combine with rate",
+        ),
+        (
+            {
+                "base": SemaphoreTask,
+                "semaphore_key": "k:{a}",
+                "semaphore_limit": 2,
+                "rate_key": "other:{a}",
+                "rate": "5/s",
+            },
+            TypeError,
+            "rate_key",
+        ),
+        (
+            {"base": RateLimitedTask, "rate_key": "k:{a}", "rate": lambda nope: "5/s"},
+            ValueError,
+            "not a parameter of the task",
+        ),
+    ]
     for i, (options, error, match) in enumerate(cases):
         with pytest.raises(error, match=match):
 
@@ -341,8 +371,13 @@ def test_a_callable_rate_that_returns_nonsense_fails_the_call(app: Any) -> None:
     bad = Celery("bad-call", set_as_current=False)
     bad.conf.redislock_url = app.conf.redislock_url
 
-    @bad.task(name="plan", shared=False, base=RateLimitedTask, rate_key="k:{a}",
-              rate=lambda a: "fast" if a else "5/s")  # fmt: skip
+    @bad.task(
+        name="plan",
+        shared=False,
+        base=RateLimitedTask,
+        rate_key="k:{a}",
+        rate=lambda a: "fast" if a else "5/s",
+    )
     def plan(a: int) -> None: ...
 
     with pytest.raises(ValueError, match=r"rate\(a=1\)"):

@@ -72,13 +72,19 @@ def kill_in_pause(app: Any, key: str, pause: float) -> AsyncResult:
     client.set(f"{prefix}:backoff:{key}", 1)
     client.set(f"{prefix}:fault:after_pause_park", 1)
     first = app.tasks[TASK].delay(key, 0, pause)
-    wait_for(lambda: not client.exists(f"{prefix}:fault:after_pause_park"), 60,
-             message="the child killed at the park-at-head")  # fmt: skip
+    wait_for(
+        lambda: not client.exists(f"{prefix}:fault:after_pause_park"),
+        60,
+        message="the child killed at the park-at-head",
+    )
     (parked,) = signals_of(app, "redislock_parked", first.id)
     assert parked["where"] == "pause"
     # The worker's main process sees its child gone and releases the run's lease.
-    released = wait_for(lambda: signals_of(app, "redislock_released", first.id), 60,
-                        message="the dead run's lease released")  # fmt: skip
+    released = wait_for(
+        lambda: signals_of(app, "redislock_released", first.id),
+        60,
+        message="the dead run's lease released",
+    )
     assert [(s["reason"], s["held"]) for s in released] == [("worker lost", True)]
     assert released[0]["pid"] != parked["pid"]
     assert app.tasks[TASK].redislock_leaseset(f"rbackg:{key}", limit=1).holders() == []
@@ -132,8 +138,11 @@ def test_a_child_killed_between_pause_park_and_release_runs_again_after_the_paus
         assert [e["task_id"] for e in status.entries] == [first.id] + [r.id for r in later]
         assert status.paused_for > 0
         ids = [first.id] + [r.id for r in later]
-        wait_for(lambda: all(fresh(app, i).state == "SUCCESS" for i in ids), 120,
-                 message="every task SUCCESS")  # fmt: skip
+        wait_for(
+            lambda: all(fresh(app, i).state == "SUCCESS" for i in ids),
+            120,
+            message="every task SUCCESS",
+        )
         wait_for(lambda: celery_saw_the_lost_child(worker), 120, message="Celery's WorkerLostError")
         assert [fresh(app, i).state for i in ids] == ["SUCCESS"] * 4
         assert [fresh(app, i).result for i in ids] == [0, 1, 2, 3]
@@ -183,8 +192,12 @@ def test_acks_late_a_child_killed_between_pause_park_and_release_runs_again_once
     park and acknowledges the killed run's message instead of requeueing it,
     without a FAILURE; after the pause the task runs once more and nothing
     else of it is left in the broker."""
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "acks_late": "1",
-              "lost_wait": "1"}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "acks_late": "1",
+        "lost_wait": "1",
+    }
     app = create_app(config)
     client = app.recorder.client
     with worker_factory(tmp_path_factory.mktemp("rate-pause-kill-late")) as start:
@@ -236,8 +249,11 @@ def test_acks_late_a_copy_requeued_late_does_not_run_alongside_the_rerun(
         os.kill(first_worker.pid, signal.SIGSTOP)  # its child runs on; nobody sees it die
         try:
             client.set(f"{prefix}:pregate:{key}", 1)
-            wait_for(lambda: not client.exists(f"{prefix}:fault:after_pause_park"), 60,
-                     message="the child killed at the park-at-head")  # fmt: skip
+            wait_for(
+                lambda: not client.exists(f"{prefix}:fault:after_pause_park"),
+                60,
+                message="the child killed at the park-at-head",
+            )
             second_worker = start(config, pool="prefork", concurrency=2)
             resume(app, key)
             wait_for(lambda: len(events(app, key, "start")) == 2, 60, message="the re-run")
@@ -245,21 +261,31 @@ def test_acks_late_a_copy_requeued_late_does_not_run_alongside_the_rerun(
             os.kill(first_worker.pid, signal.SIGCONT)
 
         def met_itself() -> list[dict[str, Any]]:
-            return [s for s in signals_of(app, "redislock_contended", first.id)
-                    if s["policy"] == "redelivered"]  # fmt: skip
+            return [
+                s
+                for s in signals_of(app, "redislock_contended", first.id)
+                if s["policy"] == "redelivered"
+            ]
 
         def dropped() -> bool:
-            logs = (Path(w.log_path).read_text(errors="replace")
-                    for w in (first_worker, second_worker))  # fmt: skip
+            logs = (
+                Path(w.log_path).read_text(errors="replace") for w in (first_worker, second_worker)
+            )
             return any(f"[{first.id}] dropped: a stale copy" in text for text in logs)
 
-        wait_for(lambda: dropped() or met_itself() or len(events(app, key, "start")) == 3,
-                 120, message="the requeued copy's arrival")  # fmt: skip
+        wait_for(
+            lambda: dropped() or met_itself() or len(events(app, key, "start")) == 3,
+            120,
+            message="the requeued copy's arrival",
+        )
         assert dropped() and not met_itself(), "the copy was not dropped as stale"
         client.set(f"{prefix}:gate:{key}", 1)
         wait_for(lambda: fresh(app, first.id).state == "SUCCESS", 120, message="SUCCESS")
-        wait_for(lambda: len(events(app, key, "end")) == len(events(app, key, "start")) - 1, 120,
-                 message="every run but the killed one ended")  # fmt: skip
+        wait_for(
+            lambda: len(events(app, key, "end")) == len(events(app, key, "start")) - 1,
+            120,
+            message="every run but the killed one ended",
+        )
     runs = app.recorder.events(SHORT, key)
     killed = runs[0]["pid"]
     assert [e["what"] for e in runs[:2]] == ["start", "paused"]
@@ -295,8 +321,12 @@ def test_the_sweeper_does_not_spin_on_a_name_due_now_that_it_cannot_promote(
     Redis (a private one, so only the worker and this test talk to it) runs a
     few commands per interval, not thousands a second.  Once the holder goes,
     the sweeper promotes the head: it was sweeping that name all along."""
-    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}",
-              "lock_redis": own_redis.url, "park_sweep": str(SWEEP)}  # fmt: skip
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "lock_redis": own_redis.url,
+        "park_sweep": str(SWEEP),
+    }
     app = create_app(config)
     lock_client, settings = client_for(app)
     name, index = f"park:{key}", park_index(settings.prefix)
@@ -309,8 +339,11 @@ def test_the_sweeper_does_not_spin_on_a_name_due_now_that_it_cannot_promote(
         parked = app.tasks["basic.parked_wide"].delay(key, 0, 0.0)
         assert parked.state == PARKED
         enqueued_score = lock_client.zscore(index, name)
-        wait_for(lambda: lock_client.zscore(index, name) != enqueued_score, 60,
-                 message="a first sweep of the name")  # fmt: skip
+        wait_for(
+            lambda: lock_client.zscore(index, name) != enqueued_score,
+            60,
+            message="a first sweep of the name",
+        )
         before, began = script_calls(lock_client), time.monotonic()
         first_score = lock_client.zscore(index, name)
         while True:  # the measurement window: at least 8 intervals, and a sweep in it
@@ -325,7 +358,10 @@ def test_the_sweeper_does_not_spin_on_a_name_due_now_that_it_cannot_promote(
         assert calls <= 6 * intervals + 10, f"{calls} script calls in {elapsed:.2f} s"
         # Still stuck: parked, and due now again after each sweep.
         assert Parking(lock_client, settings.prefix, name).status().parked == 1
-        wait_for(lambda: lock_client.zscore(index, name) <= redis_ms(lock_client), 60,
-                 message="the name due now")  # fmt: skip
+        wait_for(
+            lambda: lock_client.zscore(index, name) <= redis_ms(lock_client),
+            60,
+            message="the name due now",
+        )
         blocker.release()  # a plain release: it promotes nothing, the sweeper does
         wait_for(lambda: fresh(app, parked.id).state == "SUCCESS", 60, message="promoted")

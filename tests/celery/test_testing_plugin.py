@@ -66,9 +66,13 @@ def gated_tasks(celery_app: Any, redislock: RedisLockTester) -> dict[str, Any]:
     gate = threading.Event()
 
     @celery_app.task(
-        bind=True, base=SemaphoreTask, semaphore_key="acct:{n}", semaphore_limit=2,
-        lock_policy="wait", shared=False,
-    )  # fmt: skip
+        bind=True,
+        base=SemaphoreTask,
+        semaphore_key="acct:{n}",
+        semaphore_limit=2,
+        lock_policy="wait",
+        shared=False,
+    )
     def sync(self: Any, n: int) -> int:
         assert gate.wait(60)
         return n

@@ -73,9 +73,12 @@ def test_lock_redis_without_the_acl_permissions_warns_at_start(
     rules = [f"+{c}" for c in (*CLIENT_COMMANDS, *SCRIPT_COMMANDS) if c != missing]
     with redis.Redis(port=own_redis.port, socket_timeout=10) as admin:
         admin.acl_setuser(
-            "locks", enabled=True, passwords=[f"+{SECRET}"], keys=[f"{prefix}:*"],
+            "locks",
+            enabled=True,
+            passwords=[f"+{SECRET}"],
+            keys=[f"{prefix}:*"],
             commands=["-@all", *rules],
-        )  # fmt: skip
+        )
     config["lock_redis"] = f"redis://locks:{SECRET}@127.0.0.1:{own_redis.port}/0"
     worker = celery_worker_factory(config, concurrency=1)
 

@@ -173,22 +173,28 @@ def create_app(config: dict[str, str]) -> Celery:
         lock_key="latest:{key}",
         lock_policy="keep_latest",
     )
-    def keep_latest(self: Any, key: Any, value: int, duration: float = 0.2,
-                    gate: bool = False) -> Any:  # fmt: skip
+    def keep_latest(
+        self: Any, key: Any, value: int, duration: float = 0.2, gate: bool = False
+    ) -> Any:
         return body(self, key, duration, gate, value=value)
 
     @app.task(
-        shared=False, bind=True, base=LockedTask, name="basic.keep_latest_retrying",
-        lock_key="lretry:{key}", lock_policy="keep_latest", max_retries=1,
-    )  # fmt: skip
-    def keep_latest_retrying(self: Any, key: Any, value: int, retry_in: float = -1.0,
-                             die: bool = False) -> Any:  # fmt: skip
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.keep_latest_retrying",
+        lock_key="lretry:{key}",
+        lock_policy="keep_latest",
+        max_retries=1,
+    )
+    def keep_latest_retrying(
+        self: Any, key: Any, value: int, retry_in: float = -1.0, die: bool = False
+    ) -> Any:
         """With ``retry_in`` >= 0 its first run waits for the gate, then retries
         with that countdown; with ``die`` its process SIGKILLs itself just after
         the retry is stored (before the run gives its lock back)."""
         lease = self.request.redislock
-        rec.event(self, key, "start", value=value, retries=self.request.retries,
-                  token=lease.token)  # fmt: skip
+        rec.event(self, key, "start", value=value, retries=self.request.retries, token=lease.token)
         if retry_in >= 0 and self.request.retries == 0:
             deadline = time.monotonic() + 60
             while not rec.client.exists(f"{prefix}:gate:{key}") and time.monotonic() < deadline:
@@ -216,24 +222,40 @@ def create_app(config: dict[str, str]) -> Celery:
         return body(self, key, duration, value=value)
 
     @app.task(
-        shared=False, bind=True, base=LockedTask, name="basic.throttled",
-        lock_key="throttle:{key}", lock_policy="keep_latest", lock_throttle=1.0,
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.throttled",
+        lock_key="throttle:{key}",
+        lock_policy="keep_latest",
+        lock_throttle=1.0,
+    )
     def throttled(self: Any, key: Any, value: int, duration: float = 0.05) -> Any:
         return body(self, key, duration, value=value)
 
     @app.task(
-        shared=False, bind=True, base=LockedTask, name="basic.throttled_leading",
-        lock_key="throttle:{key}", lock_policy="keep_latest", lock_throttle=1.0,
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.throttled_leading",
+        lock_key="throttle:{key}",
+        lock_policy="keep_latest",
+        lock_throttle=1.0,
         lock_throttle_trailing=False,
-    )  # fmt: skip
+    )
     def throttled_leading(self: Any, key: Any, value: int, duration: float = 0.05) -> Any:
         return body(self, key, duration, value=value)
 
     @app.task(
-        shared=False, bind=True, base=LockedTask, name="basic.superseding",
-        lock_key="sup:{key}", lock_policy="keep_latest", lock_supersede=True, lock_ttl=3,
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.superseding",
+        lock_key="sup:{key}",
+        lock_policy="keep_latest",
+        lock_supersede=True,
+        lock_ttl=3,
+    )
     def superseding(self: Any, key: Any, value: int, checkpoint: bool, seconds: float) -> Any:
         """Writes ``value`` to a resource guarded by its lock every 50 ms for
         ``seconds``, recording each write's fate; with ``checkpoint`` it calls
@@ -246,8 +268,9 @@ def create_app(config: dict[str, str]) -> Celery:
             if checkpoint:
                 lock.checkpoint()
             accepted = bool(resource.write(lock.token, value))
-            rec.event(self, key, "write", value=value, accepted=accepted,
-                      superseded=lock.superseded)  # fmt: skip
+            rec.event(
+                self, key, "write", value=value, accepted=accepted, superseded=lock.superseded
+            )
             time.sleep(0.05)
         rec.event(self, key, "end", value=value)
         return value
@@ -297,8 +320,9 @@ def create_app(config: dict[str, str]) -> Celery:
         semaphore_key="park:{key}",  # the key of basic.parked, with a higher limit
         semaphore_limit=5,
     )
-    def parked_wide(self: Any, key: Any, n: int = 0, duration: float = 0.2,
-                    gate: bool = False) -> Any:  # fmt: skip
+    def parked_wide(
+        self: Any, key: Any, n: int = 0, duration: float = 0.2, gate: bool = False
+    ) -> Any:
         return body(self, key, duration, gate, n=n)
 
     @app.task(
@@ -325,58 +349,93 @@ def create_app(config: dict[str, str]) -> Celery:
         semaphore_key="plan:{key}",
         semaphore_limit=plan_limit,
     )
-    def parked_plan(self: Any, key: Any, n: int = 0, duration: float = 0.2,
-                    gate: bool = False) -> Any:  # fmt: skip
+    def parked_plan(
+        self: Any, key: Any, n: int = 0, duration: float = 0.2, gate: bool = False
+    ) -> Any:
         return body(self, key, duration, gate, n=n)
 
     # Rate limits (docs/rate.md): the recorded name is the task's short name.
     @app.task(
-        shared=False, bind=True, base=RateLimitedTask, name="basic.rated",
-        rate_key="rate:{key}", rate=config.get("rate", "5/s"),
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=RateLimitedTask,
+        name="basic.rated",
+        rate_key="rate:{key}",
+        rate=config.get("rate", "5/s"),
+    )
     def rated(self: Any, key: Any, n: int = 0, duration: float = 0.0) -> Any:
         return body(self, key, duration, n=n)
 
     @app.task(
-        shared=False, bind=True, base=SemaphoreTask, name="basic.rated_capped",
-        semaphore_key="rcap:{key}", semaphore_limit=2, rate="10/s",
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="basic.rated_capped",
+        semaphore_key="rcap:{key}",
+        semaphore_limit=2,
+        rate="10/s",
+    )
     def rated_capped(self: Any, key: Any, n: int = 0, duration: float = 0.5) -> Any:
         return body(self, key, duration, n=n)
 
     @app.task(
-        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_skip",
-        rate_key="rskip:{key}", rate="1/m", lock_policy="skip",
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=RateLimitedTask,
+        name="basic.rated_skip",
+        rate_key="rskip:{key}",
+        rate="1/m",
+        lock_policy="skip",
+    )
     def rated_skip(self: Any, key: Any, n: int = 0) -> Any:
         return body(self, key, 0.0, n=n)
 
     @app.task(
-        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_raise",
-        rate_key="rraise:{key}", rate="1/m", lock_policy="raise",
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=RateLimitedTask,
+        name="basic.rated_raise",
+        rate_key="rraise:{key}",
+        rate="1/m",
+        lock_policy="raise",
+    )
     def rated_raise(self: Any, key: Any, n: int = 0) -> Any:
         return body(self, key, 0.0, n=n)
 
     @app.task(
-        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_retry",
-        rate_key="rretry:{key}", rate="4/s", lock_policy="retry", lock_retry_jitter=0.0,
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=RateLimitedTask,
+        name="basic.rated_retry",
+        rate_key="rretry:{key}",
+        rate="4/s",
+        lock_policy="retry",
+        lock_retry_jitter=0.0,
+    )
     def rated_retry(self: Any, key: Any, n: int = 0) -> Any:
         return body(self, key, 0.0, n=n)
 
     @app.task(
-        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_cost",
-        rate_key="rcost:{key}", rate="4/s", rate_burst=2,
+        shared=False,
+        bind=True,
+        base=RateLimitedTask,
+        name="basic.rated_cost",
+        rate_key="rcost:{key}",
+        rate="4/s",
+        rate_burst=2,
         rate_cost=lambda units, **_: units,
-    )  # fmt: skip
+    )
     def rated_cost(self: Any, key: Any, units: int = 1, n: int = 0) -> Any:
         return body(self, key, 0.0, n=n, units=units)
 
     @app.task(
-        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_backoff",
-        rate_key="rback:{key}", rate="20/s",
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=RateLimitedTask,
+        name="basic.rated_backoff",
+        rate_key="rback:{key}",
+        rate="20/s",
+    )
     def rated_backoff(self: Any, key: Any, n: int = 0, pause: float = 0.0) -> Any:
         """Asks for a pause of its key (an upstream 429) on its first run when
         ``pause`` is set and the test armed ``<prefix>:backoff:<key>``."""
@@ -388,11 +447,16 @@ def create_app(config: dict[str, str]) -> Celery:
         return n
 
     @app.task(
-        shared=False, bind=True, base=RateLimitedTask, name="basic.rated_backoff_gated",
-        rate_key="rbackg:{key}", rate="20/s",
-    )  # fmt: skip
-    def rated_backoff_gated(self: Any, key: Any, n: int = 0, pause: float = 0.0,
-                            gate: float = 0.0) -> Any:  # fmt: skip
+        shared=False,
+        bind=True,
+        base=RateLimitedTask,
+        name="basic.rated_backoff_gated",
+        rate_key="rbackg:{key}",
+        rate="20/s",
+    )
+    def rated_backoff_gated(
+        self: Any, key: Any, n: int = 0, pause: float = 0.0, gate: float = 0.0
+    ) -> Any:
         """``rated_backoff`` with gates: the run that pauses waits (at most ``gate``
         seconds) until the test sets ``<prefix>:pregate:<key>`` before it pauses,
         and every other run until it sets ``<prefix>:gate:<key>``."""

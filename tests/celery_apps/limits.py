@@ -38,9 +38,14 @@ def create_limits_app(config: dict[str, str]) -> Celery:
         lease = self.request.redislock
         holders = lease.holders()
         rec.event(
-            self, account_id, "start", n=n, limit=lease.limit, holders=len(holders),
+            self,
+            account_id,
+            "start",
+            n=n,
+            limit=lease.limit,
+            holders=len(holders),
             meta_limit=[h.meta.get("limit") for h in holders if h.owner == lease.lease.owner],
-        )  # fmt: skip
+        )
         if gate:  # hold the slot until the test opens this task's gate (or 120 s)
             deadline = time.monotonic() + 120
             while not rec.client.exists(f"{prefix}:gate:{account_id}:{n}"):
@@ -59,8 +64,14 @@ def create_limits_app(config: dict[str, str]) -> Celery:
         "semaphore_key": "plan:{account_id}",
         "semaphore_limit": lambda account_id, **_: plan_limit(account_id),
     }
-    app.task(name="limits.plan_sync", lock_policy="retry", lock_retry_countdown=0.1,
-             lock_retry_jitter=0.1, lock_retry_max=None, **common)(plan_sync)  # fmt: skip
+    app.task(
+        name="limits.plan_sync",
+        lock_policy="retry",
+        lock_retry_countdown=0.1,
+        lock_retry_jitter=0.1,
+        lock_retry_max=None,
+        **common,
+    )(plan_sync)
     app.task(name="limits.plan_sync_park", lock_policy="park", **common)(plan_sync)
     return app
 

@@ -46,29 +46,61 @@ def create_app(config: dict[str, str]) -> Celery:
         time.sleep(duration)
         return str(task.request.id)
 
-    @app.task(shared=False, bind=True, base=LockedTask, name="mon.rebuild",
-              lock_key="latest:{key}", lock_policy="keep_latest")  # fmt: skip
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="mon.rebuild",
+        lock_key="latest:{key}",
+        lock_policy="keep_latest",
+    )
     def rebuild(self: Any, key: str, duration: float = 0.3) -> str:
         return ran(self, duration)
 
-    @app.task(shared=False, bind=True, base=LockedTask, name="mon.trailing",
-              lock_key="trail:{key}", lock_policy="keep_latest", lock_throttle=0.3)  # fmt: skip
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="mon.trailing",
+        lock_key="trail:{key}",
+        lock_policy="keep_latest",
+        lock_throttle=0.3,
+    )
     def trailing(self: Any, key: str, duration: float = 0.05) -> str:
         return ran(self, duration)
 
-    @app.task(shared=False, bind=True, base=LockedTask, name="mon.skipping",
-              lock_key="skip:{key}", lock_policy="skip")  # fmt: skip
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="mon.skipping",
+        lock_key="skip:{key}",
+        lock_policy="skip",
+    )
     def skipping(self: Any, key: str, duration: float = 0.0) -> str:
         return ran(self, duration)
 
-    @app.task(shared=False, bind=True, base=SemaphoreTask, name="mon.capped",
-              semaphore_key="cap:{key}", semaphore_limit=1)  # fmt: skip
+    @app.task(
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="mon.capped",
+        semaphore_key="cap:{key}",
+        semaphore_limit=1,
+    )
     def capped(self: Any, key: str, duration: float = 0.0) -> str:
         return ran(self, duration)
 
-    @app.task(shared=False, bind=True, base=LockedTask, name="mon.requeued",
-              lock_key="rq:{key}", lock_policy="retry", lock_retry_countdown=0.2,
-              lock_retry_jitter=0.0)  # fmt: skip
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="mon.requeued",
+        lock_key="rq:{key}",
+        lock_policy="retry",
+        lock_retry_countdown=0.2,
+        lock_retry_jitter=0.0,
+    )
     def requeued(self: Any, key: str, duration: float = 0.0) -> str:
         return ran(self, duration)
 

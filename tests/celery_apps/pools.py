@@ -104,16 +104,26 @@ def create_app(config: dict[str, str]) -> Celery:
         return owned
 
     @app.task(
-        shared=False, bind=True, base=LockedTask, name="pools.busy_lock",
-        lock_key="busy:{key}", lock_ttl=lease,
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="pools.busy_lock",
+        lock_key="busy:{key}",
+        lock_ttl=lease,
+    )
     def busy_lock(self: Any, key: str, seconds: float, mode: str) -> bool:
         return body(self, key, seconds, mode)
 
     @app.task(
-        shared=False, bind=True, base=SemaphoreTask, name="pools.busy_slot",
-        semaphore_key="busy:{key}", semaphore_limit=1, semaphore_ttl=lease, lock_policy="skip",
-    )  # fmt: skip
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="pools.busy_slot",
+        semaphore_key="busy:{key}",
+        semaphore_limit=1,
+        semaphore_ttl=lease,
+        lock_policy="skip",
+    )
     def busy_slot(self: Any, key: str, seconds: float, mode: str) -> bool:
         return body(self, key, seconds, mode)
 

@@ -24,8 +24,9 @@ from tests.waiting import wait_for
 
 
 def listed(client: Any, prefix: str) -> dict[str, int]:
-    return {n.decode(): int(s) for n, s in client.zrange(held_index(prefix), 0, -1,
-                                                          withscores=True)}  # fmt: skip
+    return {
+        n.decode(): int(s) for n, s in client.zrange(held_index(prefix), 0, -1, withscores=True)
+    }
 
 
 def redis_ms(client: Any) -> int:
@@ -42,8 +43,9 @@ def queued_waiter(client: Any, holder: RedisLock) -> tuple[RedisLock, Callable[[
     returns the waiter and ``acquired()``, which joins the thread and tells
     whether its ``acquire()`` returned True."""
     assert holder.acquire()
-    waiter = RedisLock(client, holder.name, prefix=holder.keys.prefix, index=True, ttl=5,
-                       blocking_timeout=10)  # fmt: skip
+    waiter = RedisLock(
+        client, holder.name, prefix=holder.keys.prefix, index=True, ttl=5, blocking_timeout=10
+    )
     got: list[bool] = []
     thread = threading.Thread(target=lambda: got.append(waiter.acquire()))
     thread.start()
@@ -63,8 +65,9 @@ def test_a_grant_lists_the_name_until_its_lease_expiry_and_the_last_release_unli
     bare = FairSemaphore(redis_client, "bare", 2, prefix=prefix, ttl=5)
     assert lock.acquire() and bare.acquire()
     assert listed(redis_client, prefix) == {"report:1": expiry_of(redis_client, lock)}
-    shared = [FairSemaphore(redis_client, "shared", 2, prefix=prefix, index=True, ttl=5)
-              for _ in range(2)]  # fmt: skip
+    shared = [
+        FairSemaphore(redis_client, "shared", 2, prefix=prefix, index=True, ttl=5) for _ in range(2)
+    ]
     assert all(s.acquire() for s in shared)
     shared[0].release()
     assert "shared" in listed(redis_client, prefix)  # still one holder
@@ -91,8 +94,7 @@ def test_renewals_move_the_listing_later(redis_client: Any, prefix: str) -> None
 def test_the_main_process_renewal_of_a_childs_lease_lists_it(
     redis_client: Any, prefix: str
 ) -> None:
-    lock = RedisLock(redis_client, "child", prefix=prefix, index=True, ttl=5,
-                     owner_prefix="task1")  # fmt: skip
+    lock = RedisLock(redis_client, "child", prefix=prefix, index=True, ttl=5, owner_prefix="task1")
     assert lock.acquire()
     before = listed(redis_client, prefix)["child"]
     redis_client.zrem(held_index(prefix), "child")

@@ -91,10 +91,15 @@ def test_the_override_reads_back_as_set(redis_client: Any, prefix: str, name: st
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
-    [({}, ValueError, "give a limit"), ({"limit": 0}, ValueError, "limit must be"),
-     ({"limit": "5"}, TypeError, "limit must be"), ({"rate": "fast"}, ValueError, "must look"),
-     ({"rate": 0}, ValueError, "positive"), ({"rate": "5/s", "burst": 0}, ValueError, "burst")],
-)  # fmt: skip
+    [
+        ({}, ValueError, "give a limit"),
+        ({"limit": 0}, ValueError, "limit must be"),
+        ({"limit": "5"}, TypeError, "limit must be"),
+        ({"rate": "fast"}, ValueError, "must look"),
+        ({"rate": 0}, ValueError, "positive"),
+        ({"rate": "5/s", "burst": 0}, ValueError, "burst"),
+    ],
+)
 def test_bad_overrides_are_refused_before_anything_is_stored(
     redis_client: Any, prefix: str, name: str, kwargs: dict[str, Any], error: type, match: str
 ) -> None:

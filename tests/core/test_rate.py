@@ -30,21 +30,36 @@ def name() -> str:
 
 @pytest.mark.parametrize(
     ("value", "per_second"),
-    [("10/s", 10), ("100/m", 100 / 60), ("1000/h", 1000 / 3600), ("5/d", 5 / 86400),
-     (20, 20), (0.5, 0.5), ("20", 20), (" 3 / s ", 3), (Rate(2, 1), 2)],
-)  # fmt: skip
+    [
+        ("10/s", 10),
+        ("100/m", 100 / 60),
+        ("1000/h", 1000 / 3600),
+        ("5/d", 5 / 86400),
+        (20, 20),
+        (0.5, 0.5),
+        ("20", 20),
+        (" 3 / s ", 3),
+        (Rate(2, 1), 2),
+    ],
+)
 def test_rates_in_celery_notation_and_numbers(value: object, per_second: float) -> None:
     assert parse_rate(value).per_second == pytest.approx(per_second)
 
 
 @pytest.mark.parametrize(
     ("value", "error", "match"),
-    [("fast", ValueError, "must look like"), (0, ValueError, "positive"),
-     ("0/s", ValueError, "positive"), (-5, ValueError, "positive"),
-     (float("inf"), ValueError, "finite"), ("10/w", ValueError, "must look like"),
-     (True, TypeError, "rate must be"), (None, TypeError, "rate must be"),
-     ([10], TypeError, "rate must be")],
-)  # fmt: skip
+    [
+        ("fast", ValueError, "must look like"),
+        (0, ValueError, "positive"),
+        ("0/s", ValueError, "positive"),
+        (-5, ValueError, "positive"),
+        (float("inf"), ValueError, "finite"),
+        ("10/w", ValueError, "must look like"),
+        (True, TypeError, "rate must be"),
+        (None, TypeError, "rate must be"),
+        ([10], TypeError, "rate must be"),
+    ],
+)
 def test_bad_rates_are_one_precise_error(value: object, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         parse_rate(value)
@@ -164,8 +179,11 @@ def test_starts_keep_the_rate_not_only_admissions(
     first = park.enqueue("a", SLOTS, "{}", 0, config, "t", terms)
     assert first.verdict is Verdict.RESERVED
     assert park.enqueue("b", SLOTS, "{}", 0, config, "t", terms).verdict is Verdict.PARKED
-    wait_for(lambda: [p.task_id for p in park.promote(None, config)] == ["b"], 5,
-             message="b promoted at its time")  # fmt: skip
+    wait_for(
+        lambda: [p.task_id for p in park.promote(None, config)] == ["b"],
+        5,
+        message="b promoted at its time",
+    )
     assert sorted(e["task_id"] for e in park.status(count=10).promoted) == ["a", "b"]
     token_b = int(redis_client.hget(f"{prefix}:{{{name}}}:inflight", "b").split(b"|")[0])
     a = park.claim("a", str(first.token), "o.a", 5, "{}", SLOTS, "t")

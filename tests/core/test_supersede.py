@@ -48,8 +48,9 @@ def test_a_parked_newer_call_supersedes_the_holder(redis_client: Any, prefix: st
 def test_without_supersede_nothing_is_marked(redis_client: Any, prefix: str) -> None:
     lock = RedisLock(redis_client, "plain", prefix=prefix, ttl=5)
     assert lock.acquire()
-    Parking(redis_client, prefix, "plain").enqueue("n", LOCK, "{}", 0, ParkConfig(keep_latest=True),
-                                                  "t")  # fmt: skip
+    Parking(redis_client, prefix, "plain").enqueue(
+        "n", LOCK, "{}", 0, ParkConfig(keep_latest=True), "t"
+    )
     assert lock.lease is not None and lock.lease.renew() > 0 and not lock.superseded
     lock.checkpoint()
     lock.release()

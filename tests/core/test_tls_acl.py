@@ -35,8 +35,19 @@ def make_certificates(directory: Path) -> dict[str, str]:
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     ca = ["-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1"]
     subject = ["-subj", "/CN=redislock-test-ca"]
-    openssl("req", "-x509", *ec, "-days", "1", *subject, "-keyout", "ca.key", "-out", "ca.crt",
-            cwd=directory)  # fmt: skip
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-days",
+        "1",
+        *subject,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        cwd=directory,
+    )
     (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name, ext in (("server", ["-extfile", "san.ext"]), ("client", [])):
         csr = ["-keyout", f"{name}.key", "-out", f"{name}.csr"]
@@ -54,12 +65,16 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
     tls_port = free_port()
     server = RedisServer(
         extra_args=[
-            "--tls-port", str(tls_port),
-            "--tls-cert-file", certs["server.crt"],
-            "--tls-key-file", certs["server.key"],
-            "--tls-ca-cert-file", certs["ca.crt"],
+            "--tls-port",
+            str(tls_port),
+            "--tls-cert-file",
+            certs["server.crt"],
+            "--tls-key-file",
+            certs["server.key"],
+            "--tls-ca-cert-file",
+            certs["ca.crt"],
         ]
-    )  # fmt: skip
+    )
     try:
         server.start()
     except RuntimeError as exc:

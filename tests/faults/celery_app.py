@@ -96,17 +96,26 @@ def create_app(config: dict[str, str]) -> Celery:
     retry = {"lock_retry_countdown": 0.05, "lock_retry_jitter": 0.2, "lock_retry_max": None}
 
     @app.task(
-        bind=True, shared=False, base=LockedTask, name="faults.locked", lock_key="fk:{key}",
-        lock_policy="retry", **retry,
-    )  # fmt: skip
+        bind=True,
+        shared=False,
+        base=LockedTask,
+        name="faults.locked",
+        lock_key="fk:{key}",
+        lock_policy="retry",
+        **retry,
+    )
     def locked(self: Any, key: str, n: int, duration: float) -> int:
         return body(self, "lock", key, n, duration)
 
     @app.task(
-        bind=True, shared=False, base=SemaphoreTask, name="faults.limited",
+        bind=True,
+        shared=False,
+        base=SemaphoreTask,
+        name="faults.limited",
         semaphore_key="fs:{key}",
-        semaphore_limit=SEMAPHORE_LIMIT, **retry,
-    )  # fmt: skip
+        semaphore_limit=SEMAPHORE_LIMIT,
+        **retry,
+    )
     def limited(self: Any, key: str, n: int, duration: float) -> int:
         return body(self, "sem", key, n, duration)
 

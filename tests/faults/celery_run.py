@@ -63,9 +63,12 @@ def run_celery(
         def start_worker() -> None:
             nonlocal started
             worker = WorkerProcess(
-                config, logdir / f"worker-{started}.log", module="tests.faults.celery_app",
-                pool="prefork", concurrency=2,
-            )  # fmt: skip
+                config,
+                logdir / f"worker-{started}.log",
+                module="tests.faults.celery_app",
+                pool="prefork",
+                concurrency=2,
+            )
             started += 1
             workers.append(worker.start())
 

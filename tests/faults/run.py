@@ -193,16 +193,23 @@ def run(settings: Settings, logdir: Path | None = None) -> Outcome:
     injected = dict(injector.injected)
     if settings.celery:
         rows["6"], celery_injected = run_celery(
-            settings.seed, settings.celery_seconds, settings.celery_backlog,
-            settings.celery_ttl, logdir,
-        )  # fmt: skip
+            settings.seed,
+            settings.celery_seconds,
+            settings.celery_backlog,
+            settings.celery_ttl,
+            logdir,
+        )
         injected |= celery_injected
         figures |= rows["6"].figures
         if _reachable(settings.amqp_url):
             rows["6b"], amqp_injected = run_celery(
-                settings.seed + 1, settings.celery_seconds, settings.celery_backlog,
-                settings.celery_ttl, logdir, broker=settings.amqp_url,
-            )  # fmt: skip
+                settings.seed + 1,
+                settings.celery_seconds,
+                settings.celery_backlog,
+                settings.celery_ttl,
+                logdir,
+                broker=settings.amqp_url,
+            )
             rows["6b"].title = rows["6b"].title.replace("6.", "6b.", 1)
             injected = {k: n + amqp_injected.get(k, 0) for k, n in injected.items()}
         else:
@@ -255,9 +262,12 @@ def main() -> None:
     parser.add_argument("--no-celery", action="store_true", help="skip property 6")
     args = parser.parse_args()
     settings = Settings(
-        seconds=args.seconds, seed=args.seed, clients=args.clients, celery=not args.no_celery,
+        seconds=args.seconds,
+        seed=args.seed,
+        clients=args.clients,
+        celery=not args.no_celery,
         celery_seconds=max(15.0, args.seconds / 3),
-    )  # fmt: skip
+    )
     outcome = run(settings)
     print(outcome.report())
     raise SystemExit(1 if outcome.violations else 0)

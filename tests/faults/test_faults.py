@@ -57,9 +57,13 @@ def test_the_suite_catches_clients_without_fencing_or_heartbeat(tmp_path: Path) 
     resource with plain GET/SET and never renew their leases, must report
     lost updates (property 1) and overlapping holders (property 2)."""
     settings = Settings(
-        seconds=10, calm=2, celery=False, faults=("holder_pause",),
-        mutants=("no-fence", "no-heartbeat"), long_share=0.3,
-    )  # fmt: skip
+        seconds=10,
+        calm=2,
+        celery=False,
+        faults=("holder_pause",),
+        mutants=("no-fence", "no-heartbeat"),
+        long_share=0.3,
+    )
     outcome = run(settings, tmp_path)
     # The violations are expected here: the report is shown only if they are missing.
     report = "Self-test with broken clients:\n" + outcome.report()

@@ -133,8 +133,13 @@ def test_redis_cost_part_measures_every_contender_and_the_floors(server: RedisSe
     tiny = redis_cost.CostParams(cycles=40, slices=2, threads=2, contended=40)
     cost = redis_cost.run(server.url, tiny, lambda msg: None)
     rows = cost["uncontended"]
-    assert {"redis-py Lock", "ours RedisLock", "ours FairSemaphore(5)", "control: two PINGs",
-            "floor: our guarantees, holders in one hash"} <= set(rows)  # fmt: skip
+    assert {
+        "redis-py Lock",
+        "ours RedisLock",
+        "ours FairSemaphore(5)",
+        "control: two PINGs",
+        "floor: our guarantees, holders in one hash",
+    } <= set(rows)
     for name, row in rows.items():
         assert row["cycles"] == 40, name
         assert row["redis_cpu_us"] >= 0 and row["cycles_per_s"] > 0, (name, row)
@@ -159,8 +164,13 @@ def test_celery_part(server: RedisServer) -> None:
     assert throughput[celery_bench.CONTROL]["evalsha_per_task"] < 0.5
     assert throughput["LockedTask"]["evalsha_per_task"] == pytest.approx(2, abs=0.5)
     calls = result["calls"]["rows"]
-    assert set(calls) == {"plain Task", celery_bench.CALL_CONTROL_LOCK, celery_bench.CALL_LOCKED,
-                          celery_bench.CALL_CONTROL_PARK, celery_bench.CALL_PARK}  # fmt: skip
+    assert set(calls) == {
+        "plain Task",
+        celery_bench.CALL_CONTROL_LOCK,
+        celery_bench.CALL_LOCKED,
+        celery_bench.CALL_CONTROL_PARK,
+        celery_bench.CALL_PARK,
+    }
     assert all(row["calls_per_s"] > 0 for row in calls.values())
     # a key per call: a lock's acquire and release; the park's enqueue, claim and release
     assert calls[celery_bench.CALL_LOCKED]["evalsha_per_task"] == pytest.approx(2, abs=0.5)
@@ -196,20 +206,33 @@ def test_backlog_scenario_reports_every_field(server: RedisServer) -> None:
     for row in rows:
         assert "incomplete" not in row, row
         assert (row["heavy_ran"], row["heavy_distinct"], row["light_ran"]) == (
-            row["n"], row["n"], light,
-        )  # fmt: skip
+            row["n"],
+            row["n"],
+            light,
+        )
         for field in (
-            "heavy_mean_concurrency", "heavy_span_s", "heavy_span_vs_ideal", "light_p50_s",
-            "light_p99_s", "fifo_inversions_pct", "idle_rss_mb", "peak_rss_mb",
-            "redis_cmds_per_task", "redis_bytes_per_waiting_task", "redis_cpu_us_per_task",
+            "heavy_mean_concurrency",
+            "heavy_span_s",
+            "heavy_span_vs_ideal",
+            "light_p50_s",
+            "light_p99_s",
+            "fifo_inversions_pct",
+            "idle_rss_mb",
+            "peak_rss_mb",
+            "redis_cmds_per_task",
+            "redis_bytes_per_waiting_task",
+            "redis_cpu_us_per_task",
             "idle_cmds_per_s",
-        ):  # fmt: skip
+        ):
             assert isinstance(row[field], float) and math.isfinite(row[field]), (field, row)
         assert row["heavy_mean_concurrency"] <= park_bench.LIMIT + 0.01
         assert row["max_queue"] >= row["heavy_in_broker"] >= 1
     assert {r["policy"] for r in rows if r.get("control")} == {
-        "control", "relay", "parkfloor", "parkguard",
-    }  # fmt: skip
+        "control",
+        "relay",
+        "parkfloor",
+        "parkguard",
+    }
     [park] = [r for r in rows if r["policy"] == "park"]
     # Behaviour, not speed: park publishes at most the limit and never requeues.
     assert park["heavy_in_broker"] <= park_bench.LIMIT

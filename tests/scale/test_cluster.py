@@ -304,8 +304,7 @@ def test_park_on_a_cluster_with_a_real_worker(
     from tests.celery_apps.basic import create_app
 
     prefix = f"t-{uuid.uuid4().hex[:12]}"
-    config = {"redis": redis_url, "lock_redis": cluster.url, "prefix": prefix,
-              "park_sweep": "0.5"}  # fmt: skip
+    config = {"redis": redis_url, "lock_redis": cluster.url, "prefix": prefix, "park_sweep": "0.5"}
     app = create_app(config)
     task = app.tasks["basic.parked"]
     keys = [f"k{uuid.uuid4().hex[:8]}" for _ in range(6)]
@@ -328,8 +327,9 @@ def test_park_on_a_cluster_with_a_real_worker(
         starts = [e for e in app.recorder.events("parked", k) if e["what"] == "start"]
         assert sorted(e["n"] for e in starts) == list(range(5)), "each ran once"
         assert max_overlap(app.recorder.events("parked", k)) <= 2
-    wait_for(lambda: all(client.zscore(index, n) is None for n in names[:3]), 30,
-             message="index emptied")  # fmt: skip
+    wait_for(
+        lambda: all(client.zscore(index, n) is None for n in names[:3]), 30, message="index emptied"
+    )
     app.conf.redislock_park_max_total = 10
     settings.reset()  # settings are parsed once per app and process: read them again
     with pytest.raises(ValueError, match="single Redis server"):
@@ -348,8 +348,7 @@ def test_keep_latest_and_debounce_on_the_cluster(
     from tests.celery_apps.basic import create_app
 
     prefix = f"t-{uuid.uuid4().hex[:12]}"
-    config = {"redis": redis_url, "lock_redis": cluster.url, "prefix": prefix,
-              "park_sweep": "0.5"}  # fmt: skip
+    config = {"redis": redis_url, "lock_redis": cluster.url, "prefix": prefix, "park_sweep": "0.5"}
     app = create_app(config)
     celery_worker_factory(config, pool="prefork", concurrency=2)
     key = uuid.uuid4().hex[:8]

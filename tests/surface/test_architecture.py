@@ -132,10 +132,12 @@ def test_every_lua_file_declares_the_helpers_it_names() -> None:
         own = path.stem if path.parent.name == "includes" else None
         its_own = _top_level_names(code) if own is None else set()  # a standalone script's
         used = {
-            include for name, include in defines.items()
-            if include != own and name not in its_own
+            include
+            for name, include in defines.items()
+            if include != own
+            and name not in its_own
             and re.search(rf"(?<![\w.]){re.escape(name)}\b", code)
-        }  # fmt: skip
+        }
         assert declared == used, f"{path.name}: declares {sorted(declared)}, uses {sorted(used)}"
         checked += bool(used)
     assert checked >= 40
@@ -144,8 +146,11 @@ def test_every_lua_file_declares_the_helpers_it_names() -> None:
     assert order.index("includes/lease_set_keys.lua") < order.index("includes/park_keys.lua")
     assert order.index("includes/hand_off.lua") < order.index("includes/release_owner.lua")
     assert scripts.PARK_RELEASE.source == scripts.assembled("park_release.lua")
-    assert not [line for line in scripts.PARK_RELEASE.source.splitlines()
-                if not line.strip() or line.strip().startswith("--")]  # fmt: skip
+    assert not [
+        line
+        for line in scripts.PARK_RELEASE.source.splitlines()
+        if not line.strip() or line.strip().startswith("--")
+    ]
 
 
 #: the Celery layer's packages by phase, and the modules every phase shares
@@ -261,7 +266,8 @@ def test_the_architecture_page_names_every_module_and_only_real_ones() -> None:
     named = set(re.findall(r"`?\b((?:[\w]+/)*[a-z_]+\.py)\b", doc))
     everywhere = {p.name for p in ROOT.rglob("*.py") if ".venv" not in p.parts}
     ghosts = sorted(
-        n for n in named
+        n
+        for n in named
         if not ((package / n).exists() or (ROOT / n).exists() or ("/" not in n and n in everywhere))
-    )  # fmt: skip
+    )
     assert ghosts == [], "modules docs/architecture.md names that do not exist"

@@ -80,11 +80,23 @@ def spawn(redis_url: str, prefix: str) -> Iterator[Callable[..., Holder]]:
 
     def _spawn(name: str, slots: int = 1, ttl: float = 30.0, **meta: Any) -> Holder:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.holder_proc", redis_url, prefix, name, str(slots),
-             str(ttl), json.dumps(meta)],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "tests.holder_proc",
+                redis_url,
+                prefix,
+                name,
+                str(slots),
+                str(ttl),
+                json.dumps(meta),
+            ],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
             start_new_session=True,
-        )  # fmt: skip
+        )
         procs.append(proc)
         return Holder(proc)
 
@@ -267,16 +279,29 @@ def test_override_a_keys_limit_and_rate_from_the_shell(
     decision of every client, and one line with exit status 2 for bad input."""
     slots = [FairSemaphore(redis_client, "acct:9", 1, ttl=10, prefix=prefix) for _ in range(3)]
     limiter = RateLimiter(redis_client, "acct:9", rate="1/h", prefix=prefix)
-    raised = run("-A", app_module, "redislock", "limit", "set", "acct:9", "--limit", "2",
-                 "--rate", "500/m", "--burst", "3")  # fmt: skip
+    raised = run(
+        "-A",
+        app_module,
+        "redislock",
+        "limit",
+        "set",
+        "acct:9",
+        "--limit",
+        "2",
+        "--rate",
+        "500/m",
+        "--burst",
+        "3",
+    )
     assert raised.exit_code == 0, raised.output
     assert "'acct:9' runs by: limit 2, rate 500/m burst 3" in raised.output
     assert [s.acquire(blocking=False) for s in slots] == [True, True, False]
     assert all(limiter.try_acquire() for _ in range(3))  # the override's burst, not the code's 1
     shown = run("-A", app_module, "redislock", "limit", "show")
     assert shown.exit_code == 0 and "acct:9  limit 2, rate 500/m burst 3" in shown.output
-    as_json = json.loads(run("-A", app_module, "redislock", "limit", "show", "acct:9",
-                             "--json").output)  # fmt: skip
+    as_json = json.loads(
+        run("-A", app_module, "redislock", "limit", "show", "acct:9", "--json").output
+    )
     assert as_json == {"acct:9": {"limit": 2, "rate": "500/m", "burst": 3}}
     only_rate = run("-A", app_module, "redislock", "limit", "clear", "acct:9", "--only", "rate")
     assert only_rate.exit_code == 0 and "runs by: limit 2" in only_rate.output
@@ -359,8 +384,11 @@ def test_large_keyspace_is_scanned_never_keys(own_redis: RedisServer) -> None:
 def test_no_app_given_is_said_plainly() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "celery", "redislock", "status"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "no Celery app given: run `celery -A yourproject redislock ...`" in out.stderr
 
@@ -373,8 +401,12 @@ def test_real_celery_command_finds_the_plugin(redis_url: str, prefix: str) -> No
         env = {**os.environ, "CLI_APP_REDIS_URL": redis_url, "CLI_APP_PREFIX": prefix}
         out = subprocess.run(
             [sys.executable, "-m", "celery", "-A", "tests.cli_app", "redislock", "status"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr
         assert "via-subprocess  [unknown]  held 1  waiting 0" in out.stdout
         assert str(lock.token) in out.stdout and "sub" in out.stdout
@@ -390,8 +422,12 @@ def celery_cli(redis_url: str, namespace: str, *args: str) -> subprocess.Complet
     env = {**os.environ, "REDIS_URL": redis_url, "EXAMPLE_NAMESPACE": namespace}
     return subprocess.run(
         [sys.executable, "-m", "celery", "-A", "example_worker.app", "redislock", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_status_and_release_of_locks_held_by_a_real_worker(redis_url: str, tmp_path: Path) -> None:
@@ -466,8 +502,12 @@ def celery_redislock(*args: str, **env: str) -> subprocess.CompletedProcess[str]
     """``python -m celery <args>`` as a user runs it."""
     return subprocess.run(
         [sys.executable, "-m", "celery", *args],
-        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def one_line_error(
@@ -527,13 +567,23 @@ def test_sentinel_urls_with_master_name_and_password(
         # The app's redislock_url is a Sentinel list with a password; master_name from
         # its broker_transport_options (redaction used to crash on the list).
         env = {"CLI_URLS_LOCK_URL": url, "CLI_URLS_MASTER": group.master_name}
-        out = celery_redislock("-A", "tests.celery_apps.cli_urls", "redislock", "status",
-                               "--prefix", prefix, **env)  # fmt: skip
+        out = celery_redislock(
+            "-A", "tests.celery_apps.cli_urls", "redislock", "status", "--prefix", prefix, **env
+        )
         assert out.returncode == 0, out.stderr
         assert "via-sentinel" in out.stdout and "hunter2" not in out.stdout
         # --url with the app: the app's master_name still applies.
-        out = celery_redislock("-A", "tests.celery_apps.cli_urls", "redislock", "status",
-                               "--url", url, "--prefix", prefix, **env)  # fmt: skip
+        out = celery_redislock(
+            "-A",
+            "tests.celery_apps.cli_urls",
+            "redislock",
+            "status",
+            "--url",
+            url,
+            "--prefix",
+            prefix,
+            **env,
+        )
         assert out.returncode == 0, out.stderr
     finally:
         lock.release()
@@ -554,28 +604,55 @@ def test_user_mistakes_are_one_line_with_the_right_status(own_redis: RedisServer
     closed = free_port()
     cases: list[tuple[list[str], int, tuple[str, ...]]] = [
         # unreachable: status 1
-        (["--url", f"redis://user:hunter2@127.0.0.1:{closed}/0"], 1,
-         (f"cannot reach Redis at redis://user:***@127.0.0.1:{closed}/0 (option --url)",)),
-        (["--url", f"redis+cluster://127.0.0.1:{closed}"], 1,
-         (f"cannot reach the Redis Cluster at redis+cluster://127.0.0.1:{closed}",)),
-        (["--url", f"sentinel://:hunter2@127.0.0.1:{closed};sentinel://127.0.0.1:{closed}/0",
-          "--master-name", "m"], 1,
-         (f"cannot reach any Sentinel at sentinel://:***@127.0.0.1:{closed};",)),
+        (
+            ["--url", f"redis://user:hunter2@127.0.0.1:{closed}/0"],
+            1,
+            (f"cannot reach Redis at redis://user:***@127.0.0.1:{closed}/0 (option --url)",),
+        ),
+        (
+            ["--url", f"redis+cluster://127.0.0.1:{closed}"],
+            1,
+            (f"cannot reach the Redis Cluster at redis+cluster://127.0.0.1:{closed}",),
+        ),
+        (
+            [
+                "--url",
+                f"sentinel://:hunter2@127.0.0.1:{closed};sentinel://127.0.0.1:{closed}/0",
+                "--master-name",
+                "m",
+            ],
+            1,
+            (f"cannot reach any Sentinel at sentinel://:***@127.0.0.1:{closed};",),
+        ),
         # mistakes: status 2
-        (["--url", "redis://127.0.0.1:notaport/0"], 2,
-         ("bad port in 'redis://127.0.0.1:notaport/0'",)),
-        (["--url", "redis://:hunter2@127.0.0.1:notaport/0"], 2,
-         ("bad port in 'redis://:***@127.0.0.1:notaport/0'",)),
-        (["--url", f"redis+cluster://127.0.0.1:{own_redis.port}"], 2,
-         ("is a cluster URL, but the Redis there is not a cluster",)),
-        (["--url", f"redis://127.0.0.1:{own_redis.port}", "--master-name", "m"], 2,
-         ("master_name are for sentinel:// URLs",)),
+        (
+            ["--url", "redis://127.0.0.1:notaport/0"],
+            2,
+            ("bad port in 'redis://127.0.0.1:notaport/0'",),
+        ),
+        (
+            ["--url", "redis://:hunter2@127.0.0.1:notaport/0"],
+            2,
+            ("bad port in 'redis://:***@127.0.0.1:notaport/0'",),
+        ),
+        (
+            ["--url", f"redis+cluster://127.0.0.1:{own_redis.port}"],
+            2,
+            ("is a cluster URL, but the Redis there is not a cluster",),
+        ),
+        (
+            ["--url", f"redis://127.0.0.1:{own_redis.port}", "--master-name", "m"],
+            2,
+            ("master_name are for sentinel:// URLs",),
+        ),
         (["--url", "amqp://guest@localhost//"], 2, ("unsupported Redis URL scheme 'amqp'",)),
-        (["--url", f"redis://127.0.0.1:{own_redis.port}", "--bogus"], 2,
-         ("No such option '--bogus'",)),
-        (["--url", f"redis://127.0.0.1:{own_redis.port}", "--waiters", "-1"], 2,
-         ("--waiters",)),
-    ]  # fmt: skip
+        (
+            ["--url", f"redis://127.0.0.1:{own_redis.port}", "--bogus"],
+            2,
+            ("No such option '--bogus'",),
+        ),
+        (["--url", f"redis://127.0.0.1:{own_redis.port}", "--waiters", "-1"], 2, ("--waiters",)),
+    ]
     for args, status, expected in cases:
         out = celery_redislock("redislock", "status", *args)
         one_line_error(out, status, *expected)
@@ -583,15 +660,17 @@ def test_user_mistakes_are_one_line_with_the_right_status(own_redis: RedisServer
     one_line_error(celery_redislock("redislock", "--url", url, "stauts"), 2, "No such command")
     one_line_error(
         celery_redislock("redislock", "--url", url, "status", "--url", "redis://other:1"),
-        2, "--url given twice",
-    )  # fmt: skip
+        2,
+        "--url given twice",
+    )
     one_line_error(
         celery_redislock("redislock", "release", "a{b", "-f", "--url", url), 2, "bad NAME 'a{b'"
     )
     one_line_error(
         celery_redislock("redislock", "release", "nothing-here", "-f", "--url", url),
-        2, "unknown key: nothing holds 'nothing-here'",
-    )  # fmt: skip
+        2,
+        "unknown key: nothing holds 'nothing-here'",
+    )
     one_line_error(
         celery_redislock("redislock", "status"), 2, "no Celery app given", "before or after"
     )
@@ -603,8 +682,18 @@ def test_user_mistakes_are_one_line_with_the_right_status(own_redis: RedisServer
 def top_table(output: str) -> list[list[str]]:
     """The rows of a ``status --top`` text frame, split into columns (heading left out)."""
     lines = output.strip().splitlines()
-    assert lines[1].split() == ["KEY", "KIND", "HELD", "RESERVED", "WAITING", "PARKED",
-                                "OLDEST", "PAUSED", "NEXT", "DUE"], output  # fmt: skip
+    assert lines[1].split() == [
+        "KEY",
+        "KIND",
+        "HELD",
+        "RESERVED",
+        "WAITING",
+        "PARKED",
+        "OLDEST",
+        "PAUSED",
+        "NEXT",
+        "DUE",
+    ], output
     return [line.split() for line in lines[2:]]
 
 
@@ -641,17 +730,29 @@ def test_status_top_ranks_the_busiest_keys(
     assert data is not None
     assert set(data) == {"url", "prefix", "top"} and data["prefix"] == prefix
     assert [r["name"] for r in data["top"]] == [
-        "api:acme", "api:later", "sem:busy", "sem:calm", "sem:quiet",
-    ]  # fmt: skip
+        "api:acme",
+        "api:later",
+        "sem:busy",
+        "sem:calm",
+        "sem:quiet",
+    ]
     acme, later, sem_busy, sem_calm, sem_quiet = data["top"]
     assert {k: acme[k] for k in ("kind", "held", "reserved", "limit", "waiting", "parked")} == {
-        "kind": "semaphore", "held": 0, "reserved": 1, "limit": 1, "waiting": 0, "parked": 2,
-    }  # fmt: skip
+        "kind": "semaphore",
+        "held": 0,
+        "reserved": 1,
+        "limit": 1,
+        "waiting": 0,
+        "parked": 2,
+    }
     assert acme["oldest_parked_age"] > later["oldest_parked_age"] >= 0
     assert 500 < acme["paused_for"] <= 600 and 500 < acme["next_due_in"] <= 600
     assert (later["kind"], later["limit"], later["reserved"], later["paused_for"]) == (
-        "lock", 1, 1, 0.0
-    )  # fmt: skip
+        "lock",
+        1,
+        1,
+        0.0,
+    )
     assert (sem_busy["held"], sem_busy["limit"], sem_busy["parked"]) == (3, 3, 0)
     assert sem_busy["oldest_parked_age"] is None and sem_busy["next_due_in"] == 0
     assert (sem_calm["held"], sem_calm["limit"], sem_calm["waiting"]) == (1, 1, 1)
@@ -726,11 +827,26 @@ def test_status_top_watch_in_a_real_celery_process_until_sigint(
     assert lock.acquire()
     env = {**os.environ, "CLI_APP_REDIS_URL": redis_url, "CLI_APP_PREFIX": prefix}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.cli_app", "redislock", "status",
-         "--top", "3", "--watch", "0.2"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.cli_app",
+            "redislock",
+            "status",
+            "--top",
+            "3",
+            "--watch",
+            "0.2",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=interruptible,
-    )  # fmt: skip
+    )
     lines: list[str] = []
     assert proc.stdout is not None and proc.stderr is not None
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
@@ -740,11 +856,17 @@ def test_status_top_watch_in_a_real_celery_process_until_sigint(
         return "".join(list(lines)).split("\n\n")
 
     try:
-        wait_for(lambda: any("\nwatched  lock  1/1" in f for f in frames()[:-1]), timeout=60,
-                 message="a whole frame with the held lock")  # fmt: skip
+        wait_for(
+            lambda: any("\nwatched  lock  1/1" in f for f in frames()[:-1]),
+            timeout=60,
+            message="a whole frame with the held lock",
+        )
         lock.release()
-        wait_for(lambda: any("nothing held, waiting or parked" in f for f in frames()), timeout=30,
-                 message="a frame drawn after the release")  # fmt: skip
+        wait_for(
+            lambda: any("nothing held, waiting or parked" in f for f in frames()),
+            timeout=30,
+            message="a frame drawn after the release",
+        )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -56,8 +56,12 @@ def test_demo_small_scenario_meets_every_expectation(
 ) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "example_worker.demo", "--small", "--output", str(tmp_path)],
-        cwd=ROOT, env=demo_env(redis_url), capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=demo_env(redis_url),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all expectations met" in out.stdout
     report = json.loads((tmp_path / "report.json").read_text())
@@ -104,9 +108,13 @@ def test_demo_small_scenario_meets_every_expectation(
 def test_ctrl_c_stops_the_worker_it_started(redis_url: str, tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "example_worker.demo", "--small", "--output", str(tmp_path)],
-        cwd=ROOT, env=demo_env(redis_url), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=demo_env(redis_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         lines: list[str] = []
@@ -146,18 +154,30 @@ TINY = Scenario(
 def record_good_run(rec: Recorder) -> None:
     rec.sent(
         {f"h{j}": 0.0 for j in range(6)} | {"l0": 0.0},
-        {"refresh_cache|cache:1": 3, "sync_account|account:acme": 6,
-         "sync_account|account:light-1": 1, "generate_report|report:acme": 2},
-    )  # fmt: skip
+        {
+            "refresh_cache|cache:1": 3,
+            "sync_account|account:acme": 6,
+            "sync_account|account:light-1": 1,
+            "generate_report|report:acme": 2,
+        },
+    )
     rec.run(task="refresh_cache", user=1, outcome="rebuilt", token=1, start=0.0, end=2.0)
     rec.run(task="refresh_cache", user=1, outcome="fresh", start=2.5, end=2.6)
     rec.count("contended", "cache:1|skip")
     for j in range(6):  # five at once, the sixth after the first ends
         start = 0.0 if j < 5 else 1.0
-        rec.run(task="sync_account", account="acme", job=j, task_id=f"h{j}", token=j,
-                start=start + 1.0, end=start + 2.0)  # fmt: skip
-    rec.run(task="sync_account", account="light-1", job=0, task_id="l0", token=9,
-            start=0.1, end=0.5)  # fmt: skip
+        rec.run(
+            task="sync_account",
+            account="acme",
+            job=j,
+            task_id=f"h{j}",
+            token=j,
+            start=start + 1.0,
+            end=start + 2.0,
+        )
+    rec.run(
+        task="sync_account", account="light-1", job=0, task_id="l0", token=9, start=0.1, end=0.5
+    )
     rec.run(task="generate_report", account="acme", task_id="r1", token=10, start=0, end=1)
     rec.run(task="generate_report", account="acme", task_id="r2", token=11, start=1, end=2)
 
@@ -173,16 +193,54 @@ def test_report_of_a_good_run_has_no_violations(recorder: Recorder) -> None:
 @pytest.mark.parametrize(
     ("extra", "violation"),
     [
-        ({"task": "refresh_cache", "user": 1, "outcome": "rebuilt", "token": 2,
-          "start": 3.0, "end": 4.0}, "user 1: 2 rebuilds, expected 1"),
-        ({"task": "sync_account", "account": "acme", "job": 5, "task_id": "h5",
-          "token": 20, "start": 1.5, "end": 1.6}, "account acme: 6 ran at once, limit 5"),
-        ({"task": "generate_report", "account": "acme", "task_id": "r3", "token": 12,
-          "start": 0.5, "end": 0.7}, "reports: 1 runs overlapped under one lock"),
-        ({"task": "sync_account", "account": "light-1", "job": 1, "task_id": "l1",
-          "token": 30, "start": 5.0, "end": 9.0}, "account light-1 starved by 'acme'"),
+        (
+            {
+                "task": "refresh_cache",
+                "user": 1,
+                "outcome": "rebuilt",
+                "token": 2,
+                "start": 3.0,
+                "end": 4.0,
+            },
+            "user 1: 2 rebuilds, expected 1",
+        ),
+        (
+            {
+                "task": "sync_account",
+                "account": "acme",
+                "job": 5,
+                "task_id": "h5",
+                "token": 20,
+                "start": 1.5,
+                "end": 1.6,
+            },
+            "account acme: 6 ran at once, limit 5",
+        ),
+        (
+            {
+                "task": "generate_report",
+                "account": "acme",
+                "task_id": "r3",
+                "token": 12,
+                "start": 0.5,
+                "end": 0.7,
+            },
+            "reports: 1 runs overlapped under one lock",
+        ),
+        (
+            {
+                "task": "sync_account",
+                "account": "light-1",
+                "job": 1,
+                "task_id": "l1",
+                "token": 30,
+                "start": 5.0,
+                "end": 9.0,
+            },
+            "account light-1 starved by 'acme'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_report_flags_violations(recorder: Recorder, extra: dict[str, Any], violation: str) -> None:
     record_good_run(recorder)
     recorder.run(**extra)
@@ -229,8 +287,11 @@ def test_docker_compose_runs_the_demo_app_with_the_demo_settings() -> None:
         assert set(env) == {"REDIS_URL", "EXAMPLE_NAMESPACE"}  # what example_worker reads
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
         dockerfile = ROOT / service["build"]["dockerfile"]
-        copied = [line.split()[1] for line in dockerfile.read_text().splitlines()
-                  if line.startswith("COPY")]  # fmt: skip
+        copied = [
+            line.split()[1]
+            for line in dockerfile.read_text().splitlines()
+            if line.startswith("COPY")
+        ]
         assert all((ROOT / path).exists() for path in copied)
         assert "python:3.11-slim" in dockerfile.read_text()
 
@@ -251,10 +312,22 @@ def test_producer_command_drives_two_workers_as_docker_compose_does(
                     worker_process(redis_url, namespace, 4, tmp_path / f"w{index}.log", index)
                 )
             out = subprocess.run(
-                [sys.executable, "-m", "example_worker.producer", "--small", "--workers", "2",
-                 "--output", str(tmp_path)],
-                cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "example_worker.producer",
+                    "--small",
+                    "--workers",
+                    "2",
+                    "--output",
+                    str(tmp_path),
+                ],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
             assert len(recorder.ready_workers()) == 2, out.stdout + out.stderr
         assert out.returncode == 0, out.stdout + out.stderr
         assert "all expectations met" in out.stdout

@@ -40,6 +40,9 @@ def test_every_metric_is_documented_and_the_dashboard_uses_only_real_ones(
     assert {n for n in names if f"`{n}" not in doc} == set()
     dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    used = {re.sub(r"_(bucket|count|sum)$", "", n) for e in exprs
-            for n in re.findall(r"redislock_\w+", e)}  # fmt: skip
+    used = {
+        re.sub(r"_(bucket|count|sum)$", "", n)
+        for e in exprs
+        for n in re.findall(r"redislock_\w+", e)
+    }
     assert used and used <= names, used - names

@@ -15,15 +15,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_parked_task_calls_at_most_half_the_functions_it_did() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "devtools.park_walk"], cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-m", "devtools.park_walk"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=240,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     table = out.stdout.split("\n\n")[0].splitlines()
     assert table[0].split() == ["part", "calls", "functions", "modules"], out.stdout
     rows = {line[:34].strip(): line[34:].split() for line in table[1:]}
-    assert set(rows) >= {"caller: B.delay() (parks)", "worker: A's release (promotes B)",
-                         "worker: B received, claimed, run", "in all"}  # fmt: skip
+    assert set(rows) >= {
+        "caller: B.delay() (parks)",
+        "worker: A's release (promotes B)",
+        "worker: B received, claimed, run",
+        "in all",
+    }
     calls, functions, modules = map(int, rows["in all"])
     parts = [int(rows[name][0]) for name in list(rows)[:3]]
     assert all(part > 10 for part in parts), rows  # each part was traced

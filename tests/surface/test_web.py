@@ -94,9 +94,11 @@ class View:
 
     def post(self, action: str, body: dict[str, Any], token: str | None) -> tuple[int, Any]:
         request = urllib.request.Request(
-            f"{self.url}api/action/{action}", data=json.dumps(body).encode(), method="POST",
+            f"{self.url}api/action/{action}",
+            data=json.dumps(body).encode(),
+            method="POST",
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         if token is not None:
             request.add_header("X-Redislock-Token", token)
         try:
@@ -115,11 +117,29 @@ def serve(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[Callable[...,
         log = tmp_path / f"web-{port}.log"
         with log.open("w") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.cli_app", "redislock",
-                 "--url", redis_url, "--prefix", prefix, "web", "--port", str(port), *options],
-                cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "tests.cli_app",
+                    "redislock",
+                    "--url",
+                    redis_url,
+                    "--prefix",
+                    prefix,
+                    "web",
+                    "--port",
+                    str(port),
+                    *options,
+                ],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                start_new_session=True,
                 preexec_fn=interruptible,
-            )  # fmt: skip
+            )
         views.append(View(proc, port, log))
         return views[-1]
 
@@ -140,11 +160,23 @@ def hold(redis_url: str, prefix: str) -> Iterator[Callable[..., subprocess.Popen
 
     def _hold(name: str, slots: int = 1, wait: bool = True, **meta: Any) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.holder_proc", redis_url, prefix, name, str(slots),
-             "30", json.dumps({"limit": slots, **meta})],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "tests.holder_proc",
+                redis_url,
+                prefix,
+                name,
+                str(slots),
+                "30",
+                json.dumps({"limit": slots, **meta}),
+            ],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
             start_new_session=True,
-        )  # fmt: skip
+        )
         procs.append(proc)
         if wait:
             assert proc.stdout is not None
@@ -309,8 +341,13 @@ def test_actions_with_the_printed_token_work_and_are_logged(
     assert status == 200 and reply["paused_for"] == 60
     assert 55_000 < redis_client.pttl(f"{prefix}:{{sync:acme}}:pause") <= 60_000
     assert 55 < by_name(view.state())["sync:acme"]["paused_for"] <= 60
-    wait_for(lambda: "INFO celery_redislock.web: action pause from 127.0.0.1: paused "
-             "'sync:acme' for 60 s" in view.stderr(), message="the pause's log line")  # fmt: skip
+    wait_for(
+        lambda: (
+            "INFO celery_redislock.web: action pause from 127.0.0.1: paused "
+            "'sync:acme' for 60 s" in view.stderr()
+        ),
+        message="the pause's log line",
+    )
 
     status, reply = view.post("discard", {"name": "sync:acme", "task_ids": ["p-2"]}, view.token)
     assert status == 200 and reply["discarded"] == 1
@@ -327,9 +364,11 @@ def test_actions_with_the_printed_token_work_and_are_logged(
     assert view.post("pause", {"name": "a{b", "seconds": 1}, view.token)[0] == 400
     assert view.post("explode", {"name": "sync:acme"}, view.token)[0] == 404
     log = view.stderr()
-    for done in ("action discard from 127.0.0.1: discarded 1 of 'sync:acme'",
-                 "action release from 127.0.0.1: released 'report:42'",
-                 "action resume from 127.0.0.1: resumed 'sync:acme'"):  # fmt: skip
+    for done in (
+        "action discard from 127.0.0.1: discarded 1 of 'sync:acme'",
+        "action release from 127.0.0.1: released 'report:42'",
+        "action resume from 127.0.0.1: resumed 'sync:acme'",
+    ):
         assert log.count(done) == 1, log
     assert log.count(" INFO ") == 4
 
@@ -343,10 +382,26 @@ def test_ctrl_c_stops_it_with_status_0_and_a_taken_port_is_one_line_status_2(
     assert "Traceback" not in view.stderr()
     other = serve()
     taken = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tests.cli_app", "redislock", "--url", redis_url,
-         "--prefix", prefix, "web", "--port", str(other.port)],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.cli_app",
+            "redislock",
+            "--url",
+            redis_url,
+            "--prefix",
+            prefix,
+            "web",
+            "--port",
+            str(other.port),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert taken.returncode == 2, taken
     assert len(taken.stderr.strip().splitlines()) == 1
     assert f"cannot listen on 127.0.0.1:{other.port}" in taken.stderr
@@ -399,10 +454,19 @@ class Cells(HTMLParser):
 
 def chromium(*args: str, tmp: Path) -> str:
     out = subprocess.run(
-        [str(CHROMIUM), "--headless=new", "--no-sandbox", "--disable-gpu",
-         f"--user-data-dir={tmp / 'chromium-profile'}", "--virtual-time-budget=5000", *args],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            str(CHROMIUM),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp / 'chromium-profile'}",
+            "--virtual-time-budget=5000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
@@ -429,12 +493,20 @@ class DevTools:
             os.dup2(theirs[1], 4)
 
         self.proc = subprocess.Popen(
-            [str(CHROMIUM), "--headless=new", "--no-sandbox", "--disable-gpu",
-             f"--user-data-dir={tmp / 'devtools-profile'}", "--remote-debugging-pipe",
-             "about:blank"],
-            pass_fds=(3, 4, reader, writer), preexec_fn=fds, stdout=subprocess.DEVNULL,
+            [
+                str(CHROMIUM),
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                f"--user-data-dir={tmp / 'devtools-profile'}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
+            pass_fds=(3, 4, reader, writer),
+            preexec_fn=fds,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         os.close(reader)
         os.close(writer)
         self._out = os.fdopen(to_browser, "wb", buffering=0)
@@ -485,9 +557,12 @@ class DevTools:
 
 @needs_chromium
 def test_in_a_browser_the_page_shows_the_state_escapes_and_updates_in_place(
-    serve: Callable[..., View], busy: dict[str, Any], redis_client: redis.Redis, prefix: str,
+    serve: Callable[..., View],
+    busy: dict[str, Any],
+    redis_client: redis.Redis,
+    prefix: str,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     view = serve()
     settled(view)
     page = dump(view.url, tmp_path)
@@ -506,8 +581,12 @@ def test_in_a_browser_the_page_shows_the_state_escapes_and_updates_in_place(
     parked_page = dump(view.url + "?key=sync%3Aacme", tmp_path)
     assert [r["Task id"] for r in parked_page.rows if "Expires in" in r] == ["p-1", "p-2", "p-3"]
 
-    chromium("--screenshot=" + str(ROOT / "docs" / "web-view.png"), "--window-size=1280,800",
-             view.url, tmp=tmp_path)  # fmt: skip
+    chromium(
+        "--screenshot=" + str(ROOT / "docs" / "web-view.png"),
+        "--window-size=1280,800",
+        view.url,
+        tmp=tmp_path,
+    )
     assert (ROOT / "docs" / "web-view.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # One page, left open: the state changes in Redis, the page follows without reloading.
@@ -515,8 +594,11 @@ def test_in_a_browser_the_page_shows_the_state_escapes_and_updates_in_place(
     try:
         browser.open(view.url)
         text = "document.body.innerText"
-        wait_for(lambda: "report:42" in (browser.eval(text) or ""), timeout=30,
-                 message="the page to show report:42")  # fmt: skip
+        wait_for(
+            lambda: "report:42" in (browser.eval(text) or ""),
+            timeout=30,
+            message="the page to show report:42",
+        )
         browser.eval("window.sameDocument = 'yes'")
         polls = int(browser.eval("document.body.dataset.polls"))
         busy["lock"].stdin.close()  # the holder releases report:42

@@ -71,8 +71,12 @@ def perform(target: Target, action: str, body: dict[str, Any]) -> tuple[dict[str
         return {"discarded": removed}, f"discarded {removed} of {name!r} ({which})"
     if action == "pause":
         seconds = body.get("seconds")
-        if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                or not math.isfinite(seconds) or not 0 < seconds <= MAX_PAUSE):  # fmt: skip
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or not 0 < seconds <= MAX_PAUSE
+        ):
             raise ActionError(f"seconds must be a number in (0, {MAX_PAUSE:g}]")
         left = RateLimiter(client, name, prefix=prefix).pause(float(seconds))
         return {"paused_for": left}, f"paused {name!r} for {left:g} s"

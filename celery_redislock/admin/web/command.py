@@ -26,13 +26,25 @@ __all__ = ["web"]
 
 
 @click.command(name="web")
-@click.option("--port", default=8808, show_default=True, type=click.IntRange(0, 65535),
-              help="TCP port to listen on (0: any free port).")  # fmt: skip
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind (not a loopback one: the page is open to others).")  # fmt: skip
-@click.option("--allow-actions", is_flag=True,
-              help="Allow release / discard / pause / resume from the page (needs the token "
-                   "printed at start).")  # fmt: skip
+@click.option(
+    "--port",
+    default=8808,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="TCP port to listen on (0: any free port).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind (not a loopback one: the page is open to others).",
+)
+@click.option(
+    "--allow-actions",
+    is_flag=True,
+    help="Allow release / discard / pause / resume from the page (needs the token "
+    "printed at start).",
+)
 @click.option("--match", default="*", show_default=True, help="Glob on key names.")
 @connection_options
 def web(target: Target, port: int, host: str, allow_actions: bool, match: str) -> None:
@@ -55,19 +67,26 @@ def web(target: Target, port: int, host: str, allow_actions: bool, match: str) -
 def _announce(target: Target, server: WebServer, host: str) -> None:
     """Log to stderr, and print where it serves and whether actions are on."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+        logging.basicConfig(
+            level=logging.INFO,
+            stream=sys.stderr,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
     logging.getLogger("celery_redislock.web").setLevel(logging.INFO)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{server.port}/"
-    click.echo(f"serving the live view of prefix {target.prefix!r} on {target.url} at {url} "
-               "(Ctrl-C to stop)")  # fmt: skip
+    click.echo(
+        f"serving the live view of prefix {target.prefix!r} on {target.url} at {url} "
+        "(Ctrl-C to stop)"
+    )
     if server.token is None:
         click.echo("actions are off (start with --allow-actions to allow them)")
     else:
         click.echo(f"actions allowed; token: {server.token}")
         click.echo(f"open {url}#token={server.token} (the page keeps the token for the tab)")
     if host not in ("127.0.0.1", "localhost", "::1"):
-        click.echo(f"warning: bound to {host}: the page is reachable from other machines, "
-                   "over plain HTTP", err=True)  # fmt: skip
+        click.echo(
+            f"warning: bound to {host}: the page is reachable from other machines, over plain HTTP",
+            err=True,
+        )
     sys.stdout.flush()

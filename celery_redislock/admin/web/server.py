@@ -103,8 +103,9 @@ class WebServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, target: Target, host: str, port: int, allow_actions: bool,
-                 match: str = "*") -> None:  # fmt: skip
+    def __init__(
+        self, target: Target, host: str, port: int, allow_actions: bool, match: str = "*"
+    ) -> None:
         if ":" in host:  # an IPv6 address
             import socket
 
@@ -115,8 +116,9 @@ class WebServer(ThreadingHTTPServer):
         self.match = match
         self.token = secrets.token_urlsafe(24) if allow_actions else None
         package = resources.files(__package__ or "celery_redislock.admin.web") / "static"
-        self.assets = {path: ((package / file).read_bytes(), kind)
-                       for path, (file, kind) in STATIC.items()}  # fmt: skip
+        self.assets = {
+            path: ((package / file).read_bytes(), kind) for path, (file, kind) in STATIC.items()
+        }
 
     @property
     def port(self) -> int:
@@ -201,8 +203,11 @@ class Handler(BaseHTTPRequestHandler):
         token = self.server.token
         given = self.headers.get(TOKEN_HEADER, "")
         if token is None or not hmac.compare_digest(given.encode(), token.encode()):
-            why = "actions are off (start with --allow-actions)" if token is None else (
-                f"missing or wrong {TOKEN_HEADER} (the token printed at start)")  # fmt: skip
+            why = (
+                "actions are off (start with --allow-actions)"
+                if token is None
+                else (f"missing or wrong {TOKEN_HEADER} (the token printed at start)")
+            )
             log.warning("refused action %r from %s: %s", action, self.client_address[0], why)
             self._error(403, why)
             return

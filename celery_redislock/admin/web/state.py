@@ -61,23 +61,27 @@ def _holders(state: LeaseSetState, stated: dict[str, float]) -> list[dict[str, A
     for h in state.holders:
         reserved = bool(h.meta.get("reserved"))
         alive = stated.get(h.owner)
-        rows.append({
-            "name": state.name,
-            "owner": h.owner,
-            "token": h.token,
-            "reserved": reserved,
-            "task_id": (h.meta.get("task_id") if reserved else task_id_of(h.owner, h.meta)),
-            "task": None if reserved else h.meta.get("task"),
-            "host": None if reserved else h.meta.get("host"),
-            "pid": None if reserved else h.meta.get("pid"),
-            "held_for": round(max(state.now - h.acquired_at, 0.0), 1),
-            "expires_in": round(h.expires_in, 1),
-            "ttl": h.ttl,
-            "renewed_ago": None if reserved else round(min(max(h.ttl - h.expires_in, 0), h.ttl), 1),
-            "alive_ago": alive,
-            # stopped renewing, or its process stopped stating (every ttl/3)
-            "suspect": h.expires_in <= 0 or (alive is not None and alive > h.ttl),
-        })  # fmt: skip
+        rows.append(
+            {
+                "name": state.name,
+                "owner": h.owner,
+                "token": h.token,
+                "reserved": reserved,
+                "task_id": (h.meta.get("task_id") if reserved else task_id_of(h.owner, h.meta)),
+                "task": None if reserved else h.meta.get("task"),
+                "host": None if reserved else h.meta.get("host"),
+                "pid": None if reserved else h.meta.get("pid"),
+                "held_for": round(max(state.now - h.acquired_at, 0.0), 1),
+                "expires_in": round(h.expires_in, 1),
+                "ttl": h.ttl,
+                "renewed_ago": None
+                if reserved
+                else round(min(max(h.ttl - h.expires_in, 0), h.ttl), 1),
+                "alive_ago": alive,
+                # stopped renewing, or its process stopped stating (every ttl/3)
+                "suspect": h.expires_in <= 0 or (alive is not None and alive > h.ttl),
+            }
+        )
     return rows
 
 
@@ -89,15 +93,22 @@ def _stated(target: Target, states: list[LeaseSetState]) -> dict[str, float]:
     at = liveness.last_statements(
         target.client, target.prefix, {h.meta["proc"] for _, h in holders}
     )
-    return {h.owner: round(max(s.now - at[h.meta["proc"]], 0.0), 1)
-            for s, h in holders if h.meta["proc"] in at}  # fmt: skip
+    return {
+        h.owner: round(max(s.now - at[h.meta["proc"]], 0.0), 1)
+        for s, h in holders
+        if h.meta["proc"] in at
+    }
 
 
 def _park(park: ParkStatus | None) -> dict[str, Any]:
     if park is None:
         return {"in_flight": 0, "overdue": 0, "rate": None, "burst": 1}
-    return {"in_flight": park.in_flight, "overdue": park.overdue, "rate": _rate(park.rate),
-            "burst": park.burst}  # fmt: skip
+    return {
+        "in_flight": park.in_flight,
+        "overdue": park.overdue,
+        "rate": _rate(park.rate),
+        "burst": park.burst,
+    }
 
 
 def _tasks(state: LeaseSetState | None, park: ParkStatus | None) -> list[str]:
@@ -110,13 +121,20 @@ def _tasks(state: LeaseSetState | None, park: ParkStatus | None) -> list[str]:
 
 def _key_row(row: KeyRow, state: LeaseSetState | None, park: ParkStatus | None) -> dict[str, Any]:
     return {
-        "name": row.name, "kind": row.kind, "held": row.held, "reserved": row.reserved,
-        "limit": row.limit, "level": level(row.held + row.reserved, row.limit),
-        "waiting": row.waiting, "parked": row.parked,
-        "oldest_parked_age": row.oldest_parked_age, "paused_for": row.paused_for,
-        "next_due_in": row.next_due_in, "tasks": _tasks(state, park) or ["(unknown task)"],
+        "name": row.name,
+        "kind": row.kind,
+        "held": row.held,
+        "reserved": row.reserved,
+        "limit": row.limit,
+        "level": level(row.held + row.reserved, row.limit),
+        "waiting": row.waiting,
+        "parked": row.parked,
+        "oldest_parked_age": row.oldest_parked_age,
+        "paused_for": row.paused_for,
+        "next_due_in": row.next_due_in,
+        "tasks": _tasks(state, park) or ["(unknown task)"],
         **_park(park),
-    }  # fmt: skip
+    }
 
 
 def _limiters(keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -124,8 +142,18 @@ def _limiters(keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key in keys:
         for task in key["tasks"]:
-            row = out.setdefault(task, {"task": task, "keys": 0, "at_cap": 0, "near_cap": 0,
-                                        "held": 0, "parked": 0, "oldest": None})  # fmt: skip
+            row = out.setdefault(
+                task,
+                {
+                    "task": task,
+                    "keys": 0,
+                    "at_cap": 0,
+                    "near_cap": 0,
+                    "held": 0,
+                    "parked": 0,
+                    "oldest": None,
+                },
+            )
             row["keys"] += 1
             row["at_cap"] += key["level"] in ("at", "over")
             row["near_cap"] += key["level"] == "near"
@@ -141,8 +169,9 @@ def overview(target: Target, match: str = "*", max_keys: int = MAX_KEYS) -> dict
     """Every busy key (held, waiting or parked; the busiest ``max_keys``),
     grouped by task name (limiter), with holders and the keys' park state."""
     total, rows = top_rows(target, match, max_keys)
-    states = {s.name: s for s in inspect_names(target.client, target.prefix,
-                                               [r.name for r in rows])}  # fmt: skip
+    states = {
+        s.name: s for s in inspect_names(target.client, target.prefix, [r.name for r in rows])
+    }
     in_park = [r.name for r in rows if r.parked or r.reserved]
     parks = {p.name: p for p in parking.status(target.client, target.prefix, in_park, count=1)}
     keys = [_key_row(r, states.get(r.name), parks.get(r.name)) for r in rows]
@@ -176,19 +205,37 @@ def key_page(target: Target, name: str, count: int) -> dict[str, Any]:
     reserved = sum(1 for h in state.holders if h.meta.get("reserved")) or park.in_flight
     held = len(state.holders) - sum(1 for h in state.holders if h.meta.get("reserved"))
     return {
-        "url": target.url, "prefix": target.prefix, "name": name, "kind": kind,
-        "limit": limit, "held": held, "reserved": reserved,
-        "level": level(held + reserved, limit), "waiting": len(state.waiters),
-        "parked": park.parked, "oldest_parked_age": park.oldest_age,
-        "paused_for": park.paused_for, "next_due_in": park.head_due_in,
+        "url": target.url,
+        "prefix": target.prefix,
+        "name": name,
+        "kind": kind,
+        "limit": limit,
+        "held": held,
+        "reserved": reserved,
+        "level": level(held + reserved, limit),
+        "waiting": len(state.waiters),
+        "parked": park.parked,
+        "oldest_parked_age": park.oldest_age,
+        "paused_for": park.paused_for,
+        "next_due_in": park.head_due_in,
         "override": str(override) if override else None,
         **_park(park),
         "holders": _holders(state, _stated(target, [state])),
-        "waiters": [{"position": i + 1, "owner": w.owner, "task_id": task_id_of(w.owner, w.meta),
-                     "task": w.meta.get("task"), "host": w.meta.get("host"),
-                     "pid": w.meta.get("pid")} for i, w in enumerate(state.waiters)],
+        "waiters": [
+            {
+                "position": i + 1,
+                "owner": w.owner,
+                "task_id": task_id_of(w.owner, w.meta),
+                "task": w.meta.get("task"),
+                "host": w.meta.get("host"),
+                "pid": w.meta.get("pid"),
+            }
+            for i, w in enumerate(state.waiters)
+        ],
         "entries": [{"position": i + 1, **e} for i, e in enumerate(park.entries)],
-        "promoted": [{**e, "overdue": e["deadline_in"] is not None and e["deadline_in"] < 0}
-                     for e in park.promoted],
+        "promoted": [
+            {**e, "overdue": e["deadline_in"] is not None and e["deadline_in"] < 0}
+            for e in park.promoted
+        ],
         "count": count,
-    }  # fmt: skip
+    }
