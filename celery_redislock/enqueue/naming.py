@@ -52,12 +52,13 @@ _ESCAPE = {c: f"%{ord(c):02X}" for c in "%:{}"}
 _NEEDS_ESCAPE = re.compile(r"[%:{}\x00-\x1f\x7f]")
 
 
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    return _ESCAPE.get(char) or f"%{ord(char):02X}"
+
+
 def _escape(text: str) -> str:
-    if _NEEDS_ESCAPE.search(text) is None:
-        return text
-    return "".join(
-        _ESCAPE.get(c) or (f"%{ord(c):02X}" if ord(c) < 32 or ord(c) == 127 else c) for c in text
-    )
+    return _NEEDS_ESCAPE.sub(_escaped, text)
 
 
 def canonical(value: object, what: str = "value") -> str:
