@@ -172,3 +172,24 @@ def _acquire_in_thread(lock: LeaseSet) -> tuple[threading.Thread, list[float]]:
     thread = threading.Thread(target=wait)
     thread.start()
     return thread, acquired
+
+
+def test_keys_outlive_a_lease_handed_off_by_a_park_release(redis_client: Any, prefix: str) -> None:
+    """A park release that hands the freed slot to a queued waiter (another
+    policy's blocking acquire on the same key) and promotes nothing must fit
+    the holder keys' TTLs to the waiter's new lease: the keys of a live lease
+    never expire before it (its token, limit and meta live in the info hash)."""
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.park import ParkConfig, Parking
+
+    one = Capacity.semaphore(1)
+    parking = Parking(redis_client, prefix, "handed")
+    keys = parking.keys.script_keys()
+    assert ACQUIRE(redis_client, keys, ["short", one.encoded, 3000, "{}", "0", 60000]) > 0
+    assert ACQUIRE(redis_client, keys, ["long", one.encoded, 60000, "{}", "1", 60000]) < 0
+    assert parking.enqueue("t1", one, "{}", 0, ParkConfig()).count == 1  # the name is full
+    held, promotions = parking.release("short", one, ParkConfig())
+    assert held and promotions == []  # the waiter took the slot: nothing promoted
+    assert redis_client.zscore(parking.keys.holders, "long") is not None
+    assert redis_client.pttl(parking.keys.holders) > 30_000
+    assert redis_client.pttl(parking.keys.info) > 30_000

@@ -22,10 +22,8 @@
 --- @include "includes/release_owner"
 --- @include "includes/stored_limit"
 
+local held = release_owner(ARGV[2], tonumber(ARGV[3]))
 local pending = redis.call('EXISTS', PARK, INFLIGHT) > 0
--- With work pending, promote_parked() fits the holder keys' TTLs once, after
--- its own changes.
-local held = release_owner(ARGV[2], tonumber(ARGV[3]), pending)
 if not pending then
   -- Nothing parked or in flight: the previous script already left no index
   -- entry and no PMETA (see next_due()), so there is nothing to update.

@@ -29,8 +29,10 @@
 -- Every key but `override` carries a TTL no later than the end of the latest
 -- lease or wait granted in it (a release that leaves others in it does not
 -- shorten it: fit_holder_ttl.lua runs after grants), and empty aggregates
--- vanish (the last release deletes the holder keys), so an idle name leaves only
--- `fence` behind, and that for FENCE_MEMORY_MS (and an override an operator set).
+-- vanish (the release of the last holder deletes the holder keys; keys left
+-- with expired holders only expire with the latest lease granted in them),
+-- so an idle name leaves only `fence` behind, and that for FENCE_MEMORY_MS
+-- (and an override an operator set).
 --
 -- THE INVARIANT: no holder ever shares the name with more holders than its
 -- own limit allows (a lock holder, limit 1, is always alone), whatever limits

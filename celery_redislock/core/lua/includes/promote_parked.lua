@@ -58,6 +58,6 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
     done = done + 1
     parked = nil  -- the head was taken: whether another is left is not known
   end
-  if reserved then fit_holder_ttl() end  -- a removal leaves the TTLs as they were
+  if reserved then fit_holder_ttl() end  -- a removal only shortens what they must outlive
   return state, parked
 end

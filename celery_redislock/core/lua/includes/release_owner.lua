@@ -9,10 +9,11 @@
 
 -- Give back `owner`'s slot or queue place and hand the freed slot to the
 -- next live waiter(s), each by its own limit (release.lua, and the park
--- policy's release, which then promotes parked work in the same call).
--- `fit_later`: the caller calls fit_holder_ttl() itself after more changes.
+-- policy's release, which then promotes parked work in the same call).  The
+-- holder keys' TTLs are fitted when a waiter was handed a slot: a removal
+-- only shortens the latest lease they must outlive, a grant may lengthen it.
 -- Returns 1 if `owner` held an unexpired slot, else 0.
-local function release_owner(owner, wake_ms, fit_later)
+local function release_owner(owner, wake_ms)
   local mine = redis.call('ZSCORE', HOLDERS, owner)
   local held = 0
   if mine then
@@ -30,8 +31,7 @@ local function release_owner(owner, wake_ms, fit_later)
     -- (hand_off() dequeues whom it grants; a direct grant happens only when no
     -- live waiter is queued), and a wake list of ours that still holds an
     -- unread hand-off expires by itself: with nobody waiting, nothing is
-    -- handed over, and the keys keep their TTLs (a removal only shortens the
-    -- latest lease they must outlive).
+    -- handed over.
     if not queued then return held end
   else
     if redis.call('EXISTS', QUEUE, HOLDERS) == 0 then
@@ -43,7 +43,6 @@ local function release_owner(owner, wake_ms, fit_later)
     redis.call('DEL', WAKE .. owner)
   end
   purge_expired_holders()
-  hand_off(holder_state(), wake_ms)
-  if not fit_later then fit_holder_ttl() end
+  if hand_off(holder_state(), wake_ms) > 0 then fit_holder_ttl() end
   return held
 end
