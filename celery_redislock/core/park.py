@@ -128,8 +128,8 @@ def _field(value: str) -> str:
 
 def _promotions(items: Sequence[Any]) -> list[Promotion]:
     return [
-        Promotion(PromotionKind(text(kind)), text(task_id), int(token), text(envelope))
-        for kind, task_id, token, envelope in zip(*[iter(items)] * 4, strict=True)
+        Promotion(PromotionKind(text(kind)), text(task_id), int(token), text(envelope), text(guard))
+        for kind, task_id, token, envelope, guard in zip(*[iter(items)] * 5, strict=True)
     ]
 
 

@@ -73,6 +73,10 @@ class Outcome:
     wait: float = 0.0
     #: PARKED with ``replace``: the tasks it took out of the park (keep-latest)
     replaced: tuple[str, ...] = ()
+    #: PARKED by a call (enqueue, arrival): the holder of the task's state
+    #: guard, taken in the same script for the write of ``PARKED``
+    #: (parking/states.py); "" when another write held it
+    guard: str = ""
 
     @classmethod
     def of(cls, reply: Sequence[Any]) -> Outcome:
@@ -85,9 +89,16 @@ class Outcome:
             return cls(verdict, reason=text(value))
         if verdict is Verdict.RATE:
             return cls(verdict, wait=int(value) / 1000)
-        if verdict is Verdict.PARKED and len(reply) >= 4:  # park_enqueue: the rate's wait too
-            replaced = tuple(text(t) for t in reply[3]) if len(reply) == 5 else ()
-            return cls(verdict, count=int(value), wait=int(reply[2]) / 1000, replaced=replaced)
+        if verdict is Verdict.PARKED and len(reply) == 6:  # a call parked: park_call.lua
+            return cls(
+                verdict,
+                count=int(value),
+                wait=int(reply[2]) / 1000,
+                replaced=tuple(text(t) for t in reply[3]),
+                guard=text(reply[4]),
+            )
+        if verdict is Verdict.PARKED and len(reply) == 4:  # back at the head: the pause's wait
+            return cls(verdict, count=int(value), wait=int(reply[2]) / 1000)
         return cls(verdict, count=int(value))
 
 
@@ -103,6 +114,10 @@ class Promotion:
     task_id: str
     token: int  #: for UNCLAIMED: how often it was published
     envelope: str
+    #: PUBLISH: the holder of the task's state guard, taken in the promoting
+    #: script for the write of ``PROMOTED`` (parking/states.py); "" when another
+    #: write held it, and for the other kinds
+    guard: str = ""
 
 
 @dataclass(frozen=True)

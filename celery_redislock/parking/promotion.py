@@ -87,12 +87,19 @@ def _publish_all(
                 continue
             if parking.is_revoked(task_id):
                 parking.drop(task_id, str(token))
-                never_runs(app, parking, task_id, "revoked", envelope)
+                never_runs(app, parking, task_id, "revoked", envelope, promotion.guard)
                 again = True
                 continue
             meta = {"lock": parking.name, "token": token}
             store_state(
-                app, task_id, PROMOTED, meta, parking, envelope.get("task") or "", needs="inflight"
+                app,
+                task_id,
+                PROMOTED,
+                meta,
+                parking,
+                envelope.get("task") or "",
+                needs="inflight",
+                guard=promotion.guard,
             )
             try:
                 republish(app, envelope, token)
@@ -120,17 +127,23 @@ def _publish_all(
 
 
 def never_runs(
-    app: Any, parking: Parking, task_id: str, reason: str, envelope: Mapping[str, Any] | None
+    app: Any,
+    parking: Parking,
+    task_id: str,
+    reason: str,
+    envelope: Mapping[str, Any] | None,
+    guard: str = "",
 ) -> None:
     """A parked task's final state: REVOKED (``reason``), with the request its
     message carried so that a chord it belongs to counts it (and fails with
     ``ChordError``, as for a plain revoked member), and its enqueue marker
-    (``lock_dedupe``) given back, so later calls of its key are published."""
+    (``lock_dedupe``) given back, so later calls of its key are published.
+    ``guard``: the holder of its state guard, when its promotion took it."""
     task_name = (envelope or {}).get("task") or ""
     # No envelope: it was not found in the park (it may have run, or be in the
     # broker still), so not written as a parked task's state.
     where = parking if envelope is not None else ""
-    mark_revoked(app, task_id, reason, request_of(envelope), where, task_name)
+    mark_revoked(app, task_id, reason, request_of(envelope), where, task_name, guard)
     _dropped(app, parking, task_id, reason, envelope)
 
 

@@ -11,7 +11,9 @@ Each state written here is also sent as a Celery event (``events.py``).
 and written to the result backend afterwards, by the process that decided
 it; another process may decide a later state in between.  So every write
 here for a task of a parked name holds that task's guard in the lock Redis
-(``state_hold.lua``) and re-checks, under it, that its decision still holds:
+and re-checks, under it, that its decision still holds (``state_hold.lua``;
+the park script that parks or promotes a task takes the guard for that
+state in the same call, ``includes/hold_state_guard.lua``, when it is free):
 ``PARKED`` is written only while the task is still parked, ``PROMOTED`` only
 while its promotion is in flight; final states always.  A late ``PARKED``
 therefore never lands over ``SUPERSEDED``, ``PROMOTED``, ``REVOKED`` or a
@@ -167,7 +169,14 @@ def announce_parked(
             "%s[%s] parked (%s): %r is full, %d parked", task.name, task_id, where, name, count
         )
     store_state(
-        task.app, task_id, PARKED, meta, lock=parking or name, task_name=task.name, needs="parked"
+        task.app,
+        task_id,
+        PARKED,
+        meta,
+        lock=parking or name,
+        task_name=task.name,
+        needs="parked",
+        guard=admission.guard,
     )
     signals.lock_parked.send(
         sender=task,
@@ -222,14 +231,17 @@ def store_state(
     lock: Where = "",
     task_name: str = "",
     needs: str = "",
+    guard: str = "",
 ) -> bool:
     """Write ``state`` (with ``meta``) for ``task_id`` to the result backend
     and send its event, holding the task's guard when ``lock`` (the name it
     is parked under, or that name's :class:`Parking` when the caller has one:
     its client and prefix) is given; ``needs`` the decision that must still
-    hold (``"parked"``, ``"inflight"``, ``""``).  False when it no longer
-    held, and nothing was written."""
-    with _guarded(app, lock, task_id, needs) as holds:
+    hold (``"parked"``, ``"inflight"``, ``""``).  ``guard``: the holder of
+    the guard when the park script that decided the state took it (then it
+    is not asked for again).  False when it no longer held, and nothing was
+    written."""
+    with _guarded(app, lock, task_id, needs, guard) as holds:
         if not holds:
             return False
         with contextlib.suppress(NotImplementedError, AttributeError):
@@ -245,12 +257,14 @@ def mark_revoked(
     request: Any = None,
     lock: Where = "",
     task_name: str = "",
+    guard: str = "",
 ) -> None:
     """REVOKED in the result backend; with the task's ``request`` a chord counts
     it.  Sent as ``task-revoked`` with the task's name (``expired`` set when
     ``reason`` is ``"expired"``).  With ``lock`` (the task was taken out of
-    that name's park: it never ran) under the task's guard."""
-    with _guarded(app, lock, task_id, ""):
+    that name's park: it never ran) under the task's guard (``guard``: its
+    holder, when the caller holds it already)."""
+    with _guarded(app, lock, task_id, "", guard):
         with contextlib.suppress(NotImplementedError, AttributeError):
             app.backend.mark_as_revoked(task_id, reason, request=request)
         # state: Celery's event state machine ranks its custom states (PARKED)
@@ -293,16 +307,18 @@ def _fields(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _guarded(app: Any, lock: Where, task_id: str, needs: str) -> Iterator[bool]:
+def _guarded(app: Any, lock: Where, task_id: str, needs: str, guard: str = "") -> Iterator[bool]:
     """Hold ``task_id``'s state guard for the block (see the module docstring);
-    yields whether the write may go ahead.  Whatever goes wrong with the guard
-    itself (the lock Redis down, a Cluster unreachable, settings that name no
-    Redis), the write goes ahead unguarded, with a WARNING: a state is never
-    lost for want of its guard."""
+    yields whether the write may go ahead.  ``guard``: the holder of the
+    guard when a park script took it for this write (its decision holds:
+    the script made it), so no round trip asks for it.  Whatever goes wrong
+    with the guard itself (the lock Redis down, a Cluster unreachable,
+    settings that name no Redis), the write goes ahead unguarded, with a
+    WARNING: a state is never lost for want of its guard."""
     if not lock:
         yield True
         return
-    holder = uuid.uuid4().hex
+    holder = guard or uuid.uuid4().hex
     try:
         if isinstance(lock, Parking):
             parking = lock
@@ -310,11 +326,13 @@ def _guarded(app: Any, lock: Where, task_id: str, needs: str) -> Iterator[bool]:
             client, settings = client_for(app)
             parking = Parking(client, settings.prefix, lock)
         deadline = time.monotonic() + GUARD_WAIT
-        while (held := parking.hold_state(task_id, holder, needs, GUARD_TTL)) == 0:
+        held = 1 if guard else parking.hold_state(task_id, holder, needs, GUARD_TTL)
+        while held == 0:
             if time.monotonic() > deadline:
                 log.warning("state of %s written without its guard: held too long", task_id)
                 break
             time.sleep(0.002)  # another write of this task id, about one backend write long
+            held = parking.hold_state(task_id, holder, needs, GUARD_TTL)
     except Exception as exc:  # see the docstring
         log.warning("state of %s written without its guard (%r)", task_id, exc)
         yield True

@@ -400,16 +400,21 @@ def test_a_late_parked_never_lands_over_a_newer_state(redis_url: str, prefix: st
     parking = Parking(client_for(app)[0], prefix, "late")
     holder = parking.enqueue("holder", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t")
     assert holder.token  # the slot is reserved: the next call parks
-    assert parking.enqueue("x", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t").count == 1
+    parked = parking.enqueue("x", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t")
+    assert parked.count == 1 and parked.guard  # the script took x's guard for its PARKED
+    # as when another write held x's guard at enqueue: its PARKED asks for the guard itself
+    parking.free_state("x", parked.guard)
     # x leaves the park (superseded by another caller) before its own PARKED is written
     parking.drop("x")
     assert store_state(app, "x", SUPERSEDED, {"superseded_by": "y"}, "late", "t")
     assert not store_state(app, "x", PARKED, {}, "late", "t", needs="parked")  # too late
     assert app.AsyncResult("x").state == SUPERSEDED
     # while the task is parked, its PARKED is written
-    assert parking.enqueue("z", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t").count == 1
-    assert store_state(app, "z", PARKED, {}, "late", "t", needs="parked")
+    parked = parking.enqueue("z", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t")
+    assert parked.count == 1
+    assert store_state(app, "z", PARKED, {}, "late", "t", needs="parked", guard=parked.guard)
     assert app.AsyncResult("z").state == PARKED
+    assert parking.hold_state("z", "next-writer", "", 5) == 1  # the write gave the guard back
 
 
 def test_a_writer_killed_holding_the_guard_only_delays_the_next_write(
@@ -430,3 +435,47 @@ def test_a_writer_killed_holding_the_guard_only_delays_the_next_write(
     assert store_state(app, "k1", SUPERSEDED, {"superseded_by": "k2"}, "killed", "t")
     assert app.AsyncResult("k1").state == SUPERSEDED  # written once the guard lapsed
     assert not redis.Redis.from_url(redis_url).exists(guard)  # and given back
+
+
+PARK_AND_DIE = """
+import os, signal, sys
+import redis
+from celery_redislock.core.capacity import Capacity
+from celery_redislock.core.park import ParkConfig, Parking
+url, prefix, name, task_id = sys.argv[1:]
+parked = Parking(redis.Redis.from_url(url), prefix, name).enqueue(
+    task_id, Capacity.semaphore(1), "{}", 0, ParkConfig(deadline=30), "t"
+)
+assert parked.guard, parked  # the park script took the guard for its PARKED
+os.kill(os.getpid(), signal.SIGKILL)  # killed between the park script and the PARKED write
+"""
+
+
+def test_a_caller_killed_after_parking_only_delays_the_promoted_state(
+    redis_url: str, prefix: str
+) -> None:
+    from celery_redislock.core.park import ParkConfig, Parking
+    from celery_redislock.parking.states import PROMOTED, store_state
+    from celery_redislock.settings import client_for
+
+    app = guarded_app(redis_url, prefix)
+    parking = Parking(client_for(app)[0], prefix, "parked-then-killed")
+    config = ParkConfig(deadline=30)
+    first = parking.enqueue("p0", ONE_SLOT, "{}", 0, config, "t")
+    held = parking.claim("p0", str(first.token), "owner.0", 30, "{}", ONE_SLOT, "t")
+    assert held.token > 0  # p0 runs: the next call parks
+    done = subprocess.run(
+        [sys.executable, "-c", PARK_AND_DIE, redis_url, prefix, "parked-then-killed", "p1"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert done.returncode == -9  # it died holding p1's guard, PARKED not written
+    released, promotions = parking.release("owner.0", ONE_SLOT, config, "t")
+    assert released and [(p.task_id, p.guard) for p in promotions] == [("p1", "")]
+    promotion = promotions[0]
+    meta = {"lock": parking.name, "token": promotion.token}
+    # the guard is still the dead caller's: the write waits for it to lapse, then goes ahead
+    assert store_state(app, "p1", PROMOTED, meta, parking, "t", needs="inflight")
+    assert app.AsyncResult("p1").state == PROMOTED
+    assert not redis.Redis.from_url(redis_url).exists(f"{prefix}:{{parked-then-killed}}:state:p1")

@@ -132,7 +132,10 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     released, promotions = park.release("owner.1", Capacity.semaphore(1), config, "task")
     assert released and [p.task_id for p in promotions] == ["t2"]
     park.promote(Capacity.semaphore(1), config, "task")
-    park.arrive("t3", Capacity.semaphore(1), "{}", 0, config, "owner.3", 5, "{}", "task")
+    parked = park.arrive("t3", Capacity.semaphore(1), "{}", 0, config, "owner.3", 5, "{}", "task")
+    assert parked.guard  # the arrival took t3's state guard for its PARKED
+    assert park.hold_state("t3", "w1", "parked", 5) == 0  # held: wait
+    park.free_state("t3", parked.guard)
     assert park.hold_state("t3", "w1", "parked", 5) == 1  # t3 is parked: write
     assert park.hold_state("t3", "w2", "", 5) == 0  # w1 holds it: wait
     park.free_state("t3", "w1")

@@ -21,9 +21,10 @@
 --                      max_parked, max_total, debounce_ms, debounce_max_ms,
 --                      supersede
 -- Returns {"reserved", token, due} | {"parked", n_parked, rate_wait_ms,
--- replaced, due} (rate_wait_ms > 0: a slot was free but the rate or a pause
--- admits it only then; replaced: the ids of the tasks it took out, with
--- keep_latest) | {"dup", where, due} (already parked or in flight:
+-- replaced, guard, due} (rate_wait_ms > 0: a slot was free but the rate or a
+-- pause admits it only then; replaced: the ids of the tasks it took out, with
+-- keep_latest; guard: the holder of the task's state guard, taken for its
+-- PARKED, or '', see includes/hold_state_guard.lua) | {"dup", where, due} (already parked or in flight:
 -- idempotent) | {"bounded", n_parked, due} (the name's park at max_parked;
 -- nothing stored) | {"bounded_total", n_total, due} (all names together at
 -- max_total; nothing stored).  due: see next_due.lua (for the cluster index).

@@ -12,9 +12,10 @@
 -- ARGV[5] task         the caller's task name ("": none, the sweeper)
 -- ARGV[6] max_publishes  how often a task is published before it is given up
 --                      as unclaimed (0: no bound; see promote_parked())
--- Returns {due, kind, id, token, envelope, ...}: kind "p" promoted (publish
--- the envelope with this token now), "x" expired (token 0), "u" unclaimed
--- (token: how often it was published).
+-- Returns {due, kind, id, token, envelope, guard, ...}: kind "p" promoted
+-- (publish the envelope with this token now; guard: the holder of its state
+-- guard, or ''), "x" expired (token 0), "u" unclaimed (token: how often it
+-- was published); see promote_parked().
 
 --- @include "includes/next_due"
 --- @include "includes/promote_parked"

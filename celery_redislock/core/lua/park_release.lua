@@ -13,7 +13,7 @@
 -- ARGV[6] max          most promotions in this call (bounds the reply)
 -- ARGV[7] task         the releasing run's task name
 -- ARGV[8] max_publishes  as park_promote.lua's ARGV[6]
--- Returns {due, held, kind, id, token, envelope, ...}: held as release.lua's
+-- Returns {due, held, kind, id, token, envelope, guard, ...}: held as release.lua's
 -- reply; the rest as park_promote.lua's.
 
 --- @include "includes/next_due"

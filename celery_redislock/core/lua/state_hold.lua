@@ -3,6 +3,8 @@
 -- Every state the library writes for a task of a parked name is written by
 -- the holder of this guard, so a state decided earlier (PARKED) can never
 -- land after one decided later (SUPERSEDED, PROMOTED, REVOKED) and hide it.
+-- A park script that parks or promotes a task takes the same guard itself
+-- (includes/hold_state_guard.lua); this script serves every other write.
 -- Standalone (no includes).  The keys share the name's hash tag.
 -- KEYS[1] guard     STRING  <prefix>:{<name>}:state:<task id> -> holder
 -- KEYS[2] parked    HASH    the name's parked entries (includes/park_keys.lua's KEYS[9])

@@ -1,3 +1,4 @@
+--- @include "includes/hold_state_guard"
 --- @include "includes/lease_set_keys"
 --- @include "includes/next_due"
 --- @include "includes/now"
@@ -24,7 +25,9 @@
 --                    (SUPERSEDED_FIELD: the last fencing token handed out
 --                    and this task id).
 -- Returns park_enqueue.lua's reply: {'parked', n_parked, rate_wait_ms,
--- replaced ids, due} | {'bounded', n_parked, due} | {'bounded_total', n_total, due}.
+-- replaced ids, guard, due} (guard: the holder of the task's state guard,
+-- taken for its PARKED, see hold_state_guard.lua) | {'bounded', n_parked,
+-- due} | {'bounded_total', n_total, due}.
 local function park_call(id, e, n_parked, slot, wait_us, n_holders, limit, opts)
   local replaced = {}
   if opts.keep_latest then
@@ -60,5 +63,6 @@ local function park_call(id, e, n_parked, slot, wait_us, n_holders, limit, opts)
   end
   local rate_wait_ms = 0
   if slot then rate_wait_ms = math.ceil(wait_us / 1000) end
-  return {'parked', n_parked + 1, rate_wait_ms, replaced, next_due(limit, n_holders, true)}
+  local guard = hold_state_guard(id, 'k' .. e.seq)
+  return {'parked', n_parked + 1, rate_wait_ms, replaced, guard, next_due(limit, n_holders, true)}
 end

@@ -1,5 +1,6 @@
 --- @include "includes/admissible"
 --- @include "includes/fit_holder_ttl"
+--- @include "includes/hold_state_guard"
 --- @include "includes/holder_state"
 --- @include "includes/limit_of"
 --- @include "includes/message"
@@ -21,9 +22,11 @@
 -- will never run leave the list, reported, never published: expired ones,
 -- and ones already published `max_publishes` times without a worker claiming
 -- them (no worker consumes their queue or knows their task name; 0: no
--- bound).  Appends kind, id, token, envelope per task to `out` (kind "p":
--- publish the envelope with this token now; "x": expired, token 0; "u":
--- unclaimed, token = how often it was published).  Returns the holder state
+-- bound).  Appends kind, id, token, envelope, guard per task to `out` (kind
+-- "p": publish the envelope with this token now, guard the holder of the
+-- task's state guard taken for its PROMOTED (see hold_state_guard.lua); "x":
+-- expired, token 0; "u": unclaimed, token = how often it was published;
+-- guard '' for both).  Returns the holder state
 -- after it, and whether a task is left parked (nil: not known).
 local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
   purge_expired_holders()
@@ -45,13 +48,14 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
     unpark(head)
     local reply
     if expired then
-      reply = {'x', head, 0, message(head, e, true)}
+      reply = {'x', head, 0, message(head, e, true), ''}
     elseif unclaimed then
-      reply = {'u', head, e.publishes, message(head, e, true)}
+      reply = {'u', head, e.publishes, message(head, e, true), ''}
     else
       e.limit = own
       local envelope = message(head, e, false)
-      reply = {'p', head, reserve(state, head, e, deadline_ms), envelope}
+      local token = reserve(state, head, e, deadline_ms)
+      reply = {'p', head, token, envelope, hold_state_guard(head, 'p' .. token)}
       reserved = true
     end
     for _, v in ipairs(reply) do out[#out + 1] = v end
