@@ -126,11 +126,17 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     park = Parking(redis_client, prefix, f"{name}-p")
     config = ParkConfig(deadline=5)
     reserved = park.enqueue("t1", Capacity.semaphore(1), "{}", 0, config, "task")
-    assert park.enqueue("t2", Capacity.semaphore(1), "{}", 0, config, "task").count == 1
+    second = park.enqueue("t2", Capacity.semaphore(1), "{}", 0, config, "task")
+    assert second.count == 1 and second.guard == "k1"  # t2's guard, for its PARKED
+    park.free_state("t2", second.guard)
     held = park.claim("t1", str(reserved.token), "owner.1", 5, "{}", Capacity.semaphore(1), "task")
     assert held.token > 0
     released, promotions = park.release("owner.1", Capacity.semaphore(1), config, "task")
     assert released and [p.task_id for p in promotions] == ["t2"]
+    # the promotion took t2's state guard for its PROMOTED, named by its token (exact)
+    assert promotions[0].guard == f"p{promotions[0].token}"
+    assert redis_client.get(f"{prefix}:{{{name}-p}}:state:t2") == promotions[0].guard.encode()
+    park.free_state("t2", promotions[0].guard)
     park.promote(Capacity.semaphore(1), config, "task")
     parked = park.arrive("t3", Capacity.semaphore(1), "{}", 0, config, "owner.3", 5, "{}", "task")
     assert parked.guard  # the arrival took t3's state guard for its PARKED

@@ -55,7 +55,7 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
       e.limit = own
       local envelope = message(head, e, false)
       local token = reserve(state, head, e, deadline_ms)
-      reply = {'p', head, token, envelope, hold_state_guard(head, 'p' .. token)}
+      reply = {'p', head, token, envelope, hold_state_guard(head, string.format('p%d', token))}
       reserved = true
     end
     for _, v in ipairs(reply) do out[#out + 1] = v end
