@@ -114,9 +114,11 @@ class Promotion:
     task_id: str
     token: int  #: for UNCLAIMED: how often it was published
     envelope: str
-    #: PUBLISH: the holder of the task's state guard, taken in the promoting
-    #: script for the write of ``PROMOTED`` (parking/states.py); "" when another
-    #: write held it, and for the other kinds
+    #: PUBLISH, the first task of a reply: the holder of the task's state
+    #: guard, taken in the promoting script for the write of ``PROMOTED``
+    #: (parking/states.py), which its caller makes at once; "" when another
+    #: write held it, for the other tasks of the reply (each written later,
+    #: so each write checks that its task is still in flight) and the other kinds
     guard: str = ""
 
 

@@ -479,3 +479,41 @@ def test_a_caller_killed_after_parking_only_delays_the_promoted_state(
     assert store_state(app, "p1", PROMOTED, meta, parking, "t", needs="inflight")
     assert app.AsyncResult("p1").state == PROMOTED
     assert not redis.Redis.from_url(redis_url).exists(f"{prefix}:{{parked-then-killed}}:state:p1")
+
+
+def test_a_promotion_written_after_its_task_left_flight_is_not_written(
+    redis_url: str, prefix: str
+) -> None:
+    """A promoting script takes the state guard of the first task of its reply
+    only: the others are written after the ones before them, when their task
+    may have been claimed (by an older copy of its message) and run, so
+    their PROMOTED checks, under the guard, that they are still in flight."""
+    from celery_redislock.core.park import ParkConfig, Parking
+    from celery_redislock.parking.states import PROMOTED, store_state
+    from celery_redislock.settings import client_for
+
+    app = guarded_app(redis_url, prefix)
+    parking = Parking(client_for(app)[0], prefix, "batch")
+    config, two = ParkConfig(deadline=30), Capacity.semaphore(2)
+    running = [parking.enqueue(f"r{i}", two, "{}", 0, config, "t") for i in range(2)]
+    for i, reserved in enumerate(running):
+        assert parking.claim(f"r{i}", str(reserved.token), f"o{i}", 30, "{}", two, "t").token
+    for task_id in ("b1", "b2"):
+        parked = parking.enqueue(task_id, two, "{}", 0, config, "t")
+        assert parked.count and parked.guard
+        parking.free_state(task_id, parked.guard)  # as its PARKED write does
+    for i in range(2):  # both slots freed without promoting: one promote fills both
+        assert parking.client.zrem(parking.keys.holders, f"o{i}")
+    promotions = parking.promote(two, config, "t")
+    assert [p.task_id for p in promotions] == ["b1", "b2"]
+    assert promotions[0].guard == f"p{promotions[0].token}" and promotions[1].guard == ""
+    # b2's message is claimed before its promoter came to write its PROMOTED
+    claimed = parking.claim("b2", str(promotions[1].token), "o-b2", 30, "{}", two, "t")
+    assert claimed.token > 0
+    meta = {"lock": parking.name, "token": promotions[1].token}
+    assert not store_state(app, "b2", PROMOTED, meta, parking, "t", needs="inflight")
+    assert app.AsyncResult("b2").state == "PENDING"
+    first = {"lock": parking.name, "token": promotions[0].token}
+    guard = promotions[0].guard
+    assert store_state(app, "b1", PROMOTED, first, parking, "t", needs="inflight", guard=guard)
+    assert app.AsyncResult("b1").state == PROMOTED

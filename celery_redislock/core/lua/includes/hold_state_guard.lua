@@ -6,8 +6,10 @@
 -- it without another round trip; the caller gives it back with
 -- state_free.lua.  Returns `holder`, or '' when another write of the task
 -- holds the guard (the caller then waits for it with state_hold.lua, as
--- any write does).  Holders taken here are a letter and a number unique in
--- the name ('k' .. sequence number, 'p' .. promotion token): never one of
+-- any write does).  Holders taken here are a letter and a number that no
+-- other write of the task's state shares ('k' .. Redis time in
+-- microseconds when it parks: a task id is parked at most once per call;
+-- 'p' .. the promotion token, unique in the name), never one of
 -- parking/states.py's, which are hex.
 local STATE_GUARD_TTL_MS = 5000  -- parking/states.py GUARD_TTL
 local function hold_state_guard(id, holder)

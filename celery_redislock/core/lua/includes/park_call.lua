@@ -63,6 +63,6 @@ local function park_call(id, e, n_parked, slot, wait_us, n_holders, limit, opts)
   end
   local rate_wait_ms = 0
   if slot then rate_wait_ms = math.ceil(wait_us / 1000) end
-  local guard = hold_state_guard(id, string.format('k%d', e.seq))
+  local guard = hold_state_guard(id, string.format('k%d', NOW_US))
   return {'parked', n_parked + 1, rate_wait_ms, replaced, guard, next_due(limit, n_holders, true)}
 end

@@ -23,10 +23,10 @@
 -- and ones already published `max_publishes` times without a worker claiming
 -- them (no worker consumes their queue or knows their task name; 0: no
 -- bound).  Appends kind, id, token, envelope, guard per task to `out` (kind
--- "p": publish the envelope with this token now, guard the holder of the
--- task's state guard taken for its PROMOTED (see hold_state_guard.lua); "x":
--- expired, token 0; "u": unclaimed, token = how often it was published;
--- guard '' for both).  Returns the holder state
+-- "p": publish the envelope with this token now, guard for the first task
+-- of the reply the holder of its state guard taken for its PROMOTED (see
+-- hold_state_guard.lua), '' for the others; "x": expired, token 0; "u":
+-- unclaimed, token = how often it was published; guard '' for both).  Returns the holder state
 -- after it, and whether a task is left parked (nil: not known).
 local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
   purge_expired_holders()
@@ -55,7 +55,13 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
       e.limit = own
       local envelope = message(head, e, false)
       local token = reserve(state, head, e, deadline_ms)
-      reply = {'p', head, token, envelope, hold_state_guard(head, string.format('p%d', token))}
+      -- The first task of the reply only: its caller writes its PROMOTED at
+      -- once, while the decision made here still holds; a later one is
+      -- written after those before it (their writes and publishes), when its
+      -- task may have left flight, so that write checks it under the guard.
+      local guard = ''
+      if done == 0 then guard = hold_state_guard(head, string.format('p%d', token)) end
+      reply = {'p', head, token, envelope, guard}
       reserved = true
     end
     for _, v in ipairs(reply) do out[#out + 1] = v end
