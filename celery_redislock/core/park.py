@@ -126,6 +126,18 @@ def _field(value: str) -> str:
     return value.replace("|", "/")
 
 
+#: The park scripts that may leave parked or in-flight work on a name that
+#: had none, and so may have no entry in the index: on a Cluster the name is
+#: added to the index before them.  The others (a claim, a release, a
+#: promotion, a drop) find work there already, which put the name in the
+#: index, or leave none.
+_REGISTER_FIRST = frozenset({PARK_ENQUEUE, PARK_ARRIVE, PARK_TRY, PARK_HEAD})
+
+#: The due time ``park_release.lua`` replies when nothing was parked or in
+#: flight before it (so the name has no index entry to update)
+NOTHING_BEFORE = -2
+
+
 def _promotions(items: Sequence[Any]) -> list[Promotion]:
     return [
         Promotion(PromotionKind(text(kind)), text(task_id), int(token), text(envelope), text(guard))
@@ -149,14 +161,16 @@ class Parking:
         return park_index(self.prefix)
 
     def _call(self, script: LuaScript, args: list[Any]) -> Any:
-        if self.cluster:
+        if self.cluster and script in _REGISTER_FIRST:
             # Registered first, so a crash after the call cannot leave parked
             # work out of the index; the reply's due time corrects the score.
             self.client.zadd(self.index, {self.name: 0}, nx=True)
         reply = script(self.client, self._script_keys, [self.name, *args])
         if self.cluster:
             due = int(reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1])
-            if due < 0:
+            if due == NOTHING_BEFORE:
+                pass  # nothing was parked or in flight: no entry to update
+            elif due < 0:
                 self.client.zrem(self.index, self.name)
             else:
                 self.client.zadd(self.index, {self.name: due})

@@ -337,6 +337,89 @@ def test_park_on_a_cluster_with_a_real_worker(
             task.delay(keys[3], n)
 
 
+def test_the_park_index_keeps_each_names_due_time_on_the_cluster(client: Any) -> None:
+    """On a cluster the index (its own slot) is kept by the caller from each
+    park script's reply.  Only the scripts that may leave work on a name that
+    had none register the name first; a claim or a release finds it indexed
+    already, and still moves its due time (earlier too: a claimed lease ends
+    before the reservation it replaces would have lapsed)."""
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.park import ParkConfig, Parking
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    index, name, one = park_index(prefix), "acct:idx", Capacity.semaphore(1)
+    parking, config = Parking(client, prefix, name), ParkConfig(deadline=60)
+
+    def now_ms() -> int:
+        seconds, micros = client.get_node_from_key(
+            f"{prefix}:{{{name}}}:park"
+        ).redis_connection.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    before = now_ms()
+    first = parking.enqueue("a", one, "{}", 0, config, "t")
+    assert first.token  # reserved: in flight until its claim, due at its deadline
+    deadline = client.zscore(index, name)
+    assert before + 60_000 <= deadline <= now_ms() + 60_000
+    parked = parking.enqueue("b", one, "{}", 0, config, "t")
+    assert parked.count == 1
+    parking.free_state("b", parked.guard)
+    held = parking.claim("a", str(first.token), "owner.a", 5, "{}", one, "t")
+    assert held.token > 0
+    claimed_at = now_ms()
+    # due when a's 5 s lease ends (a holder that dies frees its slot then): earlier than before
+    assert claimed_at - 1000 <= client.zscore(index, name) - 5_000 <= claimed_at
+    released, promotions = parking.release("owner.a", one, config, "t")
+    assert released and [p.task_id for p in promotions] == ["b"]
+    assert client.zscore(index, name) >= now_ms() + 59_000  # b's reservation deadline
+    b = parking.claim("b", str(promotions[0].token), "owner.b", 5, "{}", one, "t")
+    assert b.token > 0
+    assert client.zscore(index, name) is None  # nothing parked or in flight: out of the index
+    released, promotions = parking.release("owner.b", one, config, "t")
+    assert released and promotions == []
+    assert client.zscore(index, name) is None  # a release with nothing before it adds nothing
+
+
+def test_a_claim_and_a_release_update_the_park_index_once_on_the_cluster(
+    cluster: LocalCluster, client: Any
+) -> None:
+    """Round trips to the index on a cluster: a call that may leave work on an
+    unindexed name registers it first and re-scores it after (two); a claim
+    and a release re-score only (one each), and a release with nothing
+    parked or in flight before it none."""
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.park import ParkConfig, Parking
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    index = park_index(prefix)
+    index_node = client.get_node_from_key(index)
+    name = next(
+        n
+        for n in names_on_every_master(client, prefix)
+        if client.get_node_from_key(f"{prefix}:{{{n}}}:park").name != index_node.name
+    )
+    node = redis.Redis(host=index_node.host, port=index_node.port)
+    parking, one, config = Parking(client, prefix, name), Capacity.semaphore(1), ParkConfig()
+
+    def index_writes() -> int:
+        stats = node.info("commandstats")
+        return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("zadd", "zrem"))
+
+    def writes_of(call: Any) -> tuple[Any, int]:
+        before = index_writes()
+        result = call()
+        return result, index_writes() - before
+
+    reserved, enqueue_writes = writes_of(lambda: parking.enqueue("a", one, "{}", 0, config, "t"))
+    assert reserved.token and enqueue_writes == 2
+    claim = lambda: parking.claim("a", str(reserved.token), "o.a", 5, "{}", one, "t")  # noqa: E731
+    held, claim_writes = writes_of(claim)
+    assert held.token > 0 and claim_writes == 1
+    (released, _), release_writes = writes_of(lambda: parking.release("o.a", one, config, "t"))
+    assert released and release_writes == 0  # the claim took it out of the index already
+    node.close()
+
+
 def test_keep_latest_and_debounce_on_the_cluster(
     cluster: LocalCluster,
     redis_url: str,

@@ -14,7 +14,9 @@
 -- ARGV[7] task         the releasing run's task name
 -- ARGV[8] max_publishes  as park_promote.lua's ARGV[6]
 -- Returns {due, held, kind, id, token, envelope, guard, ...}: held as release.lua's
--- reply; the rest as park_promote.lua's.
+-- reply; the rest as park_promote.lua's; due -2 when nothing was parked or
+-- in flight before this call (so the name has no index entry to update: on
+-- a Cluster, core/park.py NOTHING_BEFORE).
 
 --- @include "includes/next_due"
 --- @include "includes/park_keys"
@@ -27,7 +29,7 @@ local pending = redis.call('EXISTS', PARK, INFLIGHT) > 0
 if not pending then
   -- Nothing parked or in flight: the previous script already left no index
   -- entry and no PMETA (see next_due()), so there is nothing to update.
-  return {-1, held}
+  return {-2, held}
 end
 local limit = stored_limit(tonumber(ARGV[4]))
 local out = {0, held}
