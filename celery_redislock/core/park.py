@@ -32,8 +32,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from .capacity import Capacity
 from .heartbeat import is_cluster
 from .keys import park_index, park_keys, revoke_record
@@ -140,19 +138,6 @@ _REGISTER_FIRST = frozenset({PARK_ENQUEUE, PARK_ARRIVE, PARK_TRY, PARK_HEAD})
 NOTHING_BEFORE = -2
 
 
-def _claim_args(
-    task_id: str,
-    token: str,
-    owner: str,
-    ttl: float,
-    meta: str,
-    capacity: Capacity,
-    task_name: str,
-) -> list[Any]:
-    """ARGV of ``park_claim.lua`` after the name."""
-    return [task_id, token, owner, _ms(ttl), meta, capacity.encoded, _field(task_name)]
-
-
 def _promotions(items: Sequence[Any]) -> list[Promotion]:
     return [
         Promotion(PromotionKind(text(kind)), text(task_id), int(token), text(envelope), text(guard))
@@ -181,20 +166,15 @@ class Parking:
             # work out of the index; the reply's due time corrects the score.
             self.client.zadd(self.index, {self.name: 0}, nx=True)
         reply = script(self.client, self._script_keys, [self.name, *args])
-        self._rescore(script, reply)
+        if self.cluster:
+            due = int(reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1])
+            if due == NOTHING_BEFORE:
+                pass  # nothing was parked or in flight: no entry to update
+            elif due < 0:
+                self.client.zrem(self.index, self.name)
+            else:
+                self.client.zadd(self.index, {self.name: due})
         return reply
-
-    def _rescore(self, script: LuaScript, reply: Any) -> None:
-        """On a Cluster, the name's due time in the index from a park script's reply."""
-        if not self.cluster:
-            return
-        due = int(reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1])
-        if due == NOTHING_BEFORE:
-            return  # nothing was parked or in flight: no entry to update
-        if due < 0:
-            self.client.zrem(self.index, self.name)
-        else:
-            self.client.zadd(self.index, {self.name: due})
 
     def enqueue(
         self,
@@ -320,41 +300,9 @@ class Parking:
         """A promoted message arrived: HELD (its reservation became ``owner``'s
         lease), PARKED (sent back: the name is over a lowered limit) or DROP."""
         reply = self._call(
-            PARK_CLAIM, _claim_args(task_id, token, owner, ttl, meta, capacity, task_name)
+            PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, capacity.encoded, _field(task_name)]
         )
         return Outcome.of(reply)
-
-    def claim_unless_revoked(
-        self,
-        task_id: str,
-        token: str,
-        owner: str,
-        ttl: float,
-        meta: str,
-        capacity: Capacity,
-        task_name: str = "",
-    ) -> tuple[bool, Outcome]:
-        """:meth:`is_revoked` and :meth:`claim` in one round trip (a pipeline:
-        the revoke record is read, then the claim made).  ``(True, outcome)``:
-        the task is revoked, and the caller gives back what the claim took
-        (a HELD lease, a task sent back to the park).  A script the server
-        does not have yet, or any error of the claim, is handled by asking
-        again one at a time (which loads the script, or raises the error as
-        :meth:`claim` does).  On a Cluster, one at a time always: redis-py's
-        cluster pipelines refuse scripts (the record and the claim are in
-        different slots anyway)."""
-        args = _claim_args(task_id, token, owner, ttl, meta, capacity, task_name)
-        if self.cluster:
-            return self.is_revoked(task_id), Outcome.of(self._call(PARK_CLAIM, args))
-        pipeline = self.client.pipeline(transaction=False)
-        pipeline.exists(revoke_record(self.prefix, task_id))
-        PARK_CLAIM.queue(pipeline, self._script_keys, [self.name, *args])
-        try:
-            revoked, reply = pipeline.execute()
-        except ResponseError:
-            return self.is_revoked(task_id), Outcome.of(self._call(PARK_CLAIM, args))
-        self._rescore(PARK_CLAIM, reply)
-        return bool(revoked), Outcome.of(reply)
 
     def promote(
         self, capacity: Capacity | None, config: ParkConfig, task_name: str = ""

@@ -59,41 +59,36 @@ def claim_or_arrive(
     name, task_id = lease_set.name, request.id
     parking = Parking(lease_set.client, lease_set.keys.prefix, name)
     token = header(request, HEADER_PARK_TOKEN)
-    owner = new_owner(lease_set.owner_prefix)
-    config = replace(settings_for(task.app).park, **park)
-    meta = lease_set.holder_meta()
-    sent_at = time.monotonic()
-    admission: Outcome | None = None
-    if token is None:
-        revoked = parking.is_revoked(task_id)
-    else:  # the revoke record and the claim in one round trip
-        revoked, admission = parking.claim_unless_revoked(
-            task_id, str(token), owner, lease_set.ttl, meta, lease_set.capacity, task.name
-        )
-    if revoked:
+    if parking.is_revoked(task_id):
         # Revoked through Redis (revoke, or a worker that discarded it): a
         # worker that missed the broadcast, or forgot it, must not run it.
-        _give_back(task, parking, lease_set, task_id, token, owner, admission)
+        if parking.drop(task_id, "" if token is None else str(token)).where == "inflight":
+            promote(task.app, name, lease_set.capacity, parking.client, parking.prefix, task.name)
         log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
         mark_revoked(task.app, task_id, "revoked", request, lock=parking, task_name=task.name)
         signals.lock_dropped.send(
             sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
         )
         raise Ignore()  # the task is done: __call__ gives its enqueue marker back
-    if (
-        admission is not None
-        and admission.verdict is Verdict.DROP
-        and (
+    owner = new_owner(lease_set.owner_prefix)
+    config = replace(settings_for(task.app).park, **park)
+    meta = lease_set.holder_meta()
+    sent_at = time.monotonic()
+    admission: Outcome | None = None
+    if token is not None:
+        admission = parking.claim(
+            task_id, str(token), owner, lease_set.ttl, meta, lease_set.capacity, task.name
+        )
+        if admission.verdict is Verdict.DROP and (
             admission.reason == "unknown"
             or (admission.reason == "claimed" and _redelivered(request))
-        )
-    ):
-        # Unknown: the lock Redis lost its data.  Claimed and redelivered:
-        # the delivery that claimed it died before its ack and the broker
-        # gave the message back (the main process released the lease).
-        # Either way this copy is the task: admitted like any message
-        # without a reservation.  At least once, as Celery delivers.
-        admission = None
+        ):
+            # Unknown: the lock Redis lost its data.  Claimed and redelivered:
+            # the delivery that claimed it died before its ack and the broker
+            # gave the message back (the main process released the lease).
+            # Either way this copy is the task: admitted like any message
+            # without a reservation.  At least once, as Celery delivers.
+            admission = None
     arrived = admission is None  # decided here, not a claim sent back to the park
     if admission is None:
         envelope = envelope_of_request(task, request, args, kwargs)
@@ -123,32 +118,6 @@ def claim_or_arrive(
     raise_if_bounded(admission, name, f"{task.name}[{task_id}] not parked")
     log.info("%s[%s] dropped: a copy of a parked task (%s)", task.name, task_id, admission.reason)
     raise StillPending()
-
-
-def _give_back(
-    task: Any,
-    parking: Parking,
-    lease_set: LeaseSet,
-    task_id: str,
-    token: object,
-    owner: str,
-    claimed: Outcome | None,
-) -> None:
-    """What a revoked task gives back before it ends: the lease its claim took
-    (``claimed`` HELD), its place at the head of the park (PARKED: the claim
-    sent it back there), else its reservation (a message read before any
-    claim); a freed slot goes to the next parked task at once."""
-    verdict = claimed.verdict if claimed is not None else None
-    if verdict is Verdict.HELD:
-        freed = lease_set.release_owner(owner)
-    elif verdict is Verdict.PARKED:
-        freed = False
-        parking.drop(task_id)
-    else:
-        freed = parking.drop(task_id, "" if token is None else str(token)).where == "inflight"
-    if freed:
-        app, capacity = task.app, lease_set.capacity
-        promote(app, parking.name, capacity, parking.client, parking.prefix, task.name)
 
 
 def _redelivered(request: Any) -> bool:

@@ -689,18 +689,6 @@ def _install_faults(prefix: str, rec: Recorder) -> None:
 
     Parking.claim = recording_claim  # type: ignore[method-assign, assignment]
 
-    claim_unless_revoked = Parking.claim_unless_revoked
-
-    def recording_claim_unless_revoked(
-        self: Any, task_id: str, token: str, *args: Any
-    ) -> tuple[bool, Outcome]:
-        revoked, admission = claim_unless_revoked(self, task_id, token, *args)
-        if admission.verdict is Verdict.DROP:
-            rec.client.rpush(f"{prefix}:park-drops", f"{task_id} {token} {admission.reason!r}")
-        return revoked, admission
-
-    Parking.claim_unless_revoked = recording_claim_unless_revoked  # type: ignore[method-assign, assignment]
-
     def kill_after_pause_park(sender: Any = None, where: str = "", **_: Any) -> None:
         # Connected after create_app's recording receivers: the signal is recorded first.
         if where == "pause" and rec.client.delete(f"{prefix}:fault:after_pause_park"):

@@ -135,26 +135,3 @@ def test_a_name_left_with_nothing_parked_keeps_no_message(redis_client: Any, pre
     )
     assert parking.drop("p").where == "parked"
     assert not redis_client.exists(keys.messages)
-
-
-def test_a_claim_reads_the_revoke_record_in_the_same_round_trip(
-    redis_client: Any, prefix: str
-) -> None:
-    """``claim_unless_revoked``: the record and the claim pipelined.  Revoked,
-    the claim has still been made (the caller gives it back); a server
-    without the script yet is asked again one call at a time."""
-    from celery_redislock.core.keys import revoke_record
-
-    one, config = Capacity.semaphore(1), ParkConfig(deadline=30)
-    parking = Parking(redis_client, prefix, "revoked-claim")
-    first = parking.enqueue("a", one, envelope(1), 0, config, "t")
-    revoked, outcome = parking.claim_unless_revoked("a", str(first.token), "o.a", 5, "{}", one, "t")
-    assert not revoked and outcome.verdict is Verdict.HELD
-    assert parking.release("o.a", one, config, "t")[0]
-    second = parking.enqueue("b", one, envelope(2), 0, config, "t")
-    redis_client.set(revoke_record(prefix, "b"), 1, ex=60)
-    redis_client.script_flush()  # the pipeline meets NOSCRIPT: asked again, one at a time
-    token = str(second.token)
-    revoked, outcome = parking.claim_unless_revoked("b", token, "o.b", 5, "{}", one, "t")
-    assert revoked and outcome.verdict is Verdict.HELD  # held: the caller gives it back
-    assert [h.decode() for h in redis_client.zrange(parking.keys.holders, 0, -1)] == ["o.b"]
