@@ -14,9 +14,7 @@ here for a task of a parked name holds that task's guard in the lock Redis
 and re-checks, under it, that its decision still holds (``state_hold.lua``;
 the park script that parks a task, or promotes it first in its reply, takes
 the guard for that state in the same call, ``includes/hold_state_guard.lua``,
-when it is free, and its caller writes the state next, while the script's
-decision holds: nothing that changes it waits for fewer round trips than
-that write):
+when it is free, and its caller writes that state right after):
 ``PARKED`` is written only while the task is still parked, ``PROMOTED`` only
 while its promotion is in flight; final states always.  A late ``PARKED``
 therefore never lands over ``SUPERSEDED``, ``PROMOTED``, ``REVOKED`` or a

@@ -393,7 +393,7 @@ def guarded_app(redis_url: str, prefix: str) -> Celery:
 
 def test_a_late_parked_never_lands_over_a_newer_state(redis_url: str, prefix: str) -> None:
     from celery_redislock.core.park import ParkConfig, Parking
-    from celery_redislock.parking.states import PARKED, SUPERSEDED, store_state
+    from celery_redislock.parking.states import GUARD_TTL, PARKED, SUPERSEDED, store_state
     from celery_redislock.settings import client_for
 
     app = guarded_app(redis_url, prefix)
@@ -402,6 +402,9 @@ def test_a_late_parked_never_lands_over_a_newer_state(redis_url: str, prefix: st
     assert holder.token  # the slot is reserved: the next call parks
     parked = parking.enqueue("x", ONE_SLOT, "{}", 0, ParkConfig(deadline=5), "t")
     assert parked.count == 1 and parked.guard  # the script took x's guard for its PARKED
+    # for as long as a guard taken in Python lasts (hold_state_guard.lua keeps its own copy)
+    guard_ttl_ms = redis.Redis.from_url(redis_url).pttl(f"{prefix}:{{late}}:state:x")
+    assert GUARD_TTL * 1000 - 1000 < guard_ttl_ms <= GUARD_TTL * 1000
     # as when another write held x's guard at enqueue: its PARKED asks for the guard itself
     parking.free_state("x", parked.guard)
     # x leaves the park (superseded by another caller) before its own PARKED is written
