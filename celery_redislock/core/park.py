@@ -167,14 +167,36 @@ class Parking:
             self.client.zadd(self.index, {self.name: 0}, nx=True)
         reply = script(self.client, self._script_keys, [self.name, *args])
         if self.cluster:
-            due = int(reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1])
-            if due == NOTHING_BEFORE:
-                pass  # nothing was parked or in flight: no entry to update
-            elif due < 0:
-                self.client.zrem(self.index, self.name)
-            else:
-                self.client.zadd(self.index, {self.name: due})
+            due = reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1]
+            self._follow(script, int(due))
         return reply
+
+    def _follow(self, script: LuaScript, due: int) -> None:
+        """On a Cluster, bring the index in line with a park script's reply.
+
+        These writes are not ordered with other processes' scripts on the
+        name, so each is written to be right whenever it lands:
+
+        * a due time after a script that cannot create work updates the
+          entry only if it is still there (``XX``): a missing entry means a
+          later script found nothing left and took it out;
+        * a removal is followed by a read of the name's work, and the name
+          goes back (score 0, looked at by the next sweep) if work came in
+          meanwhile, so a late removal cannot hide parked work from the
+          sweepers.
+
+        Not guaranteed: an entry left by a late due time of a script that
+        registered the name stays until that time, when the sweeper finds
+        nothing there and removes it.
+        """
+        if due == NOTHING_BEFORE:
+            return  # nothing was parked or in flight: no entry to update
+        if due >= 0:
+            self.client.zadd(self.index, {self.name: due}, xx=script not in _REGISTER_FIRST)
+            return
+        self.client.zrem(self.index, self.name)
+        if self.client.exists(self.keys.park, self.keys.inflight):
+            self.client.zadd(self.index, {self.name: 0}, nx=True)
 
     def enqueue(
         self,

@@ -420,6 +420,58 @@ def test_a_claim_and_a_release_update_the_park_index_once_on_the_cluster(
     node.close()
 
 
+def test_late_index_writes_on_the_cluster_leave_it_true(client: Any) -> None:
+    """The index writes after park scripts are not ordered across processes:
+    a due time that lands after a later script emptied the name does not put
+    it back, and a removal that lands after new work came in does not hide
+    that work from the sweepers."""
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.park import ParkConfig, Parking
+
+    class Late(Parking):
+        """Holds back its index writes until ``land()``, as a process
+        descheduled between a script's reply and its index write would."""
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.held: list[tuple[Any, int]] = []
+
+        def _follow(self, script: Any, due: int) -> None:
+            self.held.append((script, due))
+
+        def land(self) -> None:
+            for script, due in self.held:
+                super()._follow(script, due)
+            self.held.clear()
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    index = park_index(prefix)
+    name = f"park:{uuid.uuid4().hex[:8]}"
+    prompt, late = Parking(client, prefix, name), Late(client, prefix, name)
+    two, config = Capacity.semaphore(2), ParkConfig()
+    first, second = (prompt.enqueue(t, two, "{}", 0, config, "t") for t in ("a", "b"))
+    assert first.token and second.token and client.zscore(index, name) is not None
+    # a's claim leaves b in flight (a due time), but its write comes late:
+    assert late.claim("a", str(first.token), "o.a", 5, "{}", two, "t").token > 0
+    assert late.held and late.held[0][1] >= 0
+    assert prompt.claim("b", str(second.token), "o.b", 5, "{}", two, "t").token > 0
+    assert client.zscore(index, name) is None  # b's claim left nothing in flight
+    late.land()
+    assert client.zscore(index, name) is None, "a late due time put an empty name back"
+    prompt.release("o.a", two, config, "t")
+    prompt.release("o.b", two, config, "t")
+    # c's claim empties the name, but its removal lands after d came in:
+    third = prompt.enqueue("c", two, "{}", 0, config, "t")
+    assert late.claim("c", str(third.token), "o.c", 5, "{}", two, "t").token > 0
+    assert late.held[-1][1] < 0
+    fourth = prompt.enqueue("d", two, "{}", 0, config, "t")
+    assert fourth.token and client.zscore(index, name) is not None
+    late.land()
+    assert client.zscore(index, name) is not None, "a late removal hid d's reservation"
+    assert prompt.claim("d", str(fourth.token), "o.d", 5, "{}", two, "t").token > 0
+    assert client.zscore(index, name) is None
+
+
 def test_keep_latest_and_debounce_on_the_cluster(
     cluster: LocalCluster,
     redis_url: str,
