@@ -20,31 +20,18 @@
 -- park_claim.lua) or park_enqueue.lua's replies but "reserved".
 
 --- @include "includes/add_holder"
+--- @include "includes/admit_new_call"
 --- @include "includes/fit_holder_ttl"
---- @include "includes/known_where"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
---- @include "includes/park_call"
 --- @include "includes/park_keys"
---- @include "includes/purge_expired_holders"
---- @include "includes/rate_admits"
---- @include "includes/reclaim_overdue"
---- @include "includes/room_now"
 --- @include "includes/stored_limit"
 
 local id, limit = ARGV[2], stored_limit(tonumber(ARGV[3]))
-local known = known_where(id)
-if known then return {'dup', known, next_due(limit)} end
-local opts = ARGV[13] ~= '' and cjson.decode(ARGV[13]) or {}
-purge_expired_holders()
-reclaim_overdue()
 local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[9], tonumber(ARGV[10]),
   tonumber(ARGV[11]), tonumber(ARGV[12]))
-local n_parked = redis.call('ZCARD', PARK)
-local state, slot, admitted, wait_us, start_us =
-  room_now(entry, limit, n_parked, opts.debounce_ms or 0, true)
-if not admitted then return park_call(id, entry, n_parked, slot, wait_us, state.n, limit, opts) end
-rate_admits(entry, true)  -- admitted just above: takes the units with the slot
+local reply, state, start_us = admit_new_call(id, entry, limit, ARGV[13], true)
+if reply then return reply end
 local token = add_holder(state, ARGV[6], tonumber(ARGV[7]), limit, ARGV[8])
 fit_holder_ttl()
 return {'held', token, start_us, next_due(limit, state.n, false)}

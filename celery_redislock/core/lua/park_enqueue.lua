@@ -29,31 +29,19 @@
 -- nothing stored) | {"bounded_total", n_total, due} (all names together at
 -- max_total; nothing stored).  due: see next_due.lua (for the cluster index).
 
+--- @include "includes/admit_new_call"
 --- @include "includes/fit_holder_ttl"
---- @include "includes/known_where"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
---- @include "includes/park_call"
 --- @include "includes/park_keys"
---- @include "includes/purge_expired_holders"
---- @include "includes/rate_admits"
---- @include "includes/reclaim_overdue"
 --- @include "includes/reserve"
---- @include "includes/room_now"
 --- @include "includes/stored_limit"
 
 local id, limit = ARGV[2], stored_limit(tonumber(ARGV[3]))
-local known = known_where(id)
-if known then return {'dup', known, next_due(limit)} end
-local opts = ARGV[11] ~= '' and cjson.decode(ARGV[11]) or {}
-purge_expired_holders()
-reclaim_overdue()
 local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[7], tonumber(ARGV[8]),
   tonumber(ARGV[9]), tonumber(ARGV[10]))
-local n_parked = redis.call('ZCARD', PARK)
-local state, slot, admitted, wait_us = room_now(entry, limit, n_parked, opts.debounce_ms or 0, false)
-if not admitted then return park_call(id, entry, n_parked, slot, wait_us, state.n, limit, opts) end
-rate_admits(entry, true)  -- admitted just above: takes the units with the slot
+local reply, state = admit_new_call(id, entry, limit, ARGV[11], false)
+if reply then return reply end
 local token = reserve(state, id, entry, tonumber(ARGV[6]))
 fit_holder_ttl()
 return {'reserved', token, next_due(limit, state.n, false)}

@@ -10,11 +10,11 @@
 -- of this cost would be admitted (a pause counts).
 
 --- @include "includes/gcra"
---- @include "includes/now_us"
+--- @include "includes/now"
 --- @include "includes/rate_terms"
 
 local interval, burst, cost = rate_terms(KEYS[3], tonumber(ARGV[1]), tonumber(ARGV[2]),
   tonumber(ARGV[3]))
-local ok, wait = gcra(KEYS[1], KEYS[2], now_us(), interval, burst, cost, ARGV[4] == '1', 0)
+local ok, wait = gcra(KEYS[1], KEYS[2], NOW_US, interval, burst, cost, ARGV[4] == '1', 0)
 if ok then return {1, 0} end
 return {0, wait}
