@@ -14,8 +14,8 @@ holders and reservations together; a reservation lapses at its deadline and
 is handed out again with a new token, so a copy carrying an older token is
 refused; every decision reads the clock of Redis (``TIME``), never the
 caller's.  On a cluster the index of names lives in its own slot and is
-updated from each reply (registered before the call, so a crash between the
-two leaves a name indexed, never parked work unindexed); the total over all
+updated from each reply (``Parking._follow`` says what is and is not
+guaranteed there); the total over all
 names (:attr:`ParkConfig.max_total`) needs a single server.
 
 Waiting *until a slot frees* is what the park does today.  Waiting *until a
@@ -175,26 +175,44 @@ class Parking:
         """On a Cluster, bring the index in line with a park script's reply.
 
         These writes are not ordered with other processes' scripts on the
-        name, so each is written to be right whenever it lands:
+        name, so whether the name is in the index is decided by what the
+        name holds, not by which write lands last:
 
-        * a due time after a script that cannot create work updates the
-          entry only if it is still there (``XX``): a missing entry means a
-          later script found nothing left and took it out;
-        * a removal is followed by a read of the name's work, and the name
-          goes back (score 0, looked at by the next sweep) if work came in
-          meanwhile, so a late removal cannot hide parked work from the
-          sweepers.
+        * after a script that may make work from none (``_REGISTER_FIRST``),
+          which registered the name before it, the due time is set;
+        * after any other script the due time updates the entry only if it
+          is still there (``ZADD XX``, with a ``ZSCORE`` in the same round
+          trip to tell), and a removal takes it out;
+        * whenever the entry is found gone or taken out, an ``EXISTS`` of the
+          name's parked and in-flight work follows, and the name goes back
+          (score 0: the next sweep looks at it) if there is any.  So a late
+          due time does not put an emptied name back, a late removal does
+          not hide work that came in meanwhile, and a removal whose process
+          died before its ``EXISTS`` is mended by the next call on the name.
 
-        Not guaranteed: an entry left by a late due time of a script that
-        registered the name stays until that time, when the sweeper finds
-        nothing there and removes it.
+        Not guaranteed: the score itself. A late due time overwrites a newer
+        one, so the sweeper may look early (harmless) or late, by at most
+        the late reply's due time (a holder's expiry, a reservation's
+        deadline, a rate's wait); a name emptied while a register-first call
+        was in flight can stay indexed until its due time, when a sweep
+        finds nothing and takes it out; and a register-first caller that
+        dies after its script, when a removal took its registration out
+        before the script, leaves its work out of the index until the next
+        call on the name.
         """
         if due == NOTHING_BEFORE:
             return  # nothing was parked or in flight: no entry to update
-        if due >= 0:
-            self.client.zadd(self.index, {self.name: due}, xx=script not in _REGISTER_FIRST)
+        if due >= 0 and script in _REGISTER_FIRST:
+            self.client.zadd(self.index, {self.name: due})
             return
-        self.client.zrem(self.index, self.name)
+        if due >= 0:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zscore(self.index, self.name)
+            pipe.zadd(self.index, {self.name: due}, xx=True)
+            if pipe.execute()[0] is not None:
+                return
+        else:
+            self.client.zrem(self.index, self.name)
         if self.client.exists(self.keys.park, self.keys.inflight):
             self.client.zadd(self.index, {self.name: 0}, nx=True)
 

@@ -423,8 +423,9 @@ def test_a_claim_and_a_release_update_the_park_index_once_on_the_cluster(
 def test_late_index_writes_on_the_cluster_leave_it_true(client: Any) -> None:
     """The index writes after park scripts are not ordered across processes:
     a due time that lands after a later script emptied the name does not put
-    it back, and a removal that lands after new work came in does not hide
-    that work from the sweepers."""
+    it back, a removal that lands after new work came in does not hide that
+    work from the sweepers, and a removal whose process died before its check
+    is mended by the next call on the name."""
     from celery_redislock.core.capacity import Capacity
     from celery_redislock.core.park import ParkConfig, Parking
 
@@ -470,6 +471,13 @@ def test_late_index_writes_on_the_cluster_leave_it_true(client: Any) -> None:
     assert client.zscore(index, name) is not None, "a late removal hid d's reservation"
     assert prompt.claim("d", str(fourth.token), "o.d", 5, "{}", two, "t").token > 0
     assert client.zscore(index, name) is None
+    # e waits behind c and d; a removal's process dies before its check:
+    waiting = prompt.enqueue("e", two, "{}", 0, config, "t")
+    assert not waiting.token and client.zscore(index, name) is not None
+    client.zrem(index, name)
+    (released, promotions) = prompt.release("o.c", two, config, "t")
+    assert released and [p.task_id for p in promotions] == ["e"]
+    assert client.zscore(index, name) is not None, "e in flight and out of the index"
 
 
 def test_keep_latest_and_debounce_on_the_cluster(

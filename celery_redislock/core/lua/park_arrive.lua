@@ -24,7 +24,6 @@
 --- @include "includes/fit_holder_ttl"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
---- @include "includes/park_keys"
 --- @include "includes/stored_limit"
 
 local id, limit = ARGV[2], stored_limit(tonumber(ARGV[3]))

@@ -33,7 +33,6 @@
 --- @include "includes/fit_holder_ttl"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
---- @include "includes/park_keys"
 --- @include "includes/reserve"
 --- @include "includes/stored_limit"
 
