@@ -160,12 +160,19 @@ class Parking:
     def index(self) -> str:
         return park_index(self.prefix)
 
-    def _call(self, script: LuaScript, args: list[Any]) -> Any:
+    def _call(self, script: LuaScript, args: list[Any], revoke_record_of: str = "") -> Any:
+        """One park script on this name; ``revoke_record_of``: a task id whose
+        revoke record the script reads first (KEYS[20], a single server only:
+        on a cluster the record is in another slot, and :meth:`claim` and
+        :meth:`arrive` read it before)."""
         if self.cluster and script in _REGISTER_FIRST:
             # Registered first, so a crash after the call cannot leave parked
             # work out of the index; the reply's due time corrects the score.
             self.client.zadd(self.index, {self.name: 0}, nx=True)
-        reply = script(self.client, self._script_keys, [self.name, *args])
+        keys = self._script_keys
+        if revoke_record_of and not self.cluster:
+            keys = [*keys, revoke_record(self.prefix, revoke_record_of)]
+        reply = script(self.client, keys, [self.name, *args])
         if self.cluster:
             due = reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1]
             self._follow(script, int(due))
@@ -259,7 +266,10 @@ class Parking:
         rate: RateTerms = NO_RATE,
     ) -> Outcome:
         """A message without a reservation reached a worker (``park_arrive.lua``):
-        HELD (``owner`` holds the slot for ``ttl``), PARKED, DUPLICATE or BOUNDED*."""
+        HELD (``owner`` holds the slot for ``ttl``), PARKED, DUPLICATE, BOUNDED*,
+        or REVOKED (the task's revoke record exists: nothing taken)."""
+        if self.cluster and self.is_revoked(task_id):
+            return Outcome(Verdict.REVOKED)
         reply = self._call(
             PARK_ARRIVE,
             [
@@ -274,6 +284,7 @@ class Parking:
                 *rate.script_args(),
                 _park_options(config, self.cluster),
             ],
+            revoke_record_of=task_id,
         )
         return Outcome.of(reply)
 
@@ -338,9 +349,14 @@ class Parking:
         task_name: str = "",
     ) -> Outcome:
         """A promoted message arrived: HELD (its reservation became ``owner``'s
-        lease), PARKED (sent back: the name is over a lowered limit) or DROP."""
+        lease), PARKED (sent back: the name is over a lowered limit), DROP, or
+        REVOKED (the task's revoke record exists: nothing taken)."""
+        if self.cluster and self.is_revoked(task_id):
+            return Outcome(Verdict.REVOKED)
         reply = self._call(
-            PARK_CLAIM, [task_id, token, owner, _ms(ttl), meta, capacity.encoded, _field(task_name)]
+            PARK_CLAIM,
+            [task_id, token, owner, _ms(ttl), meta, capacity.encoded, _field(task_name)],
+            revoke_record_of=task_id,
         )
         return Outcome.of(reply)
 

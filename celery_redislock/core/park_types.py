@@ -60,6 +60,9 @@ class Verdict(enum.Enum):
     BOUNDED = "bounded"  #: the name's park is full (``count``); nothing stored
     BOUNDED_TOTAL = "bounded_total"  #: all names together are (``count``)
     DROP = "drop"  #: a copy that must not run (``reason``: stale / claimed / unknown)
+    #: :meth:`Parking.claim` / :meth:`Parking.arrive` only: the task's revoke
+    #: record exists (nothing taken; the caller drops the task)
+    REVOKED = "revoked"
     FULL = "full"  #: :meth:`Parking.try_hold` only: no slot free
     RATE = "rate"  #: :meth:`Parking.try_hold` only: the rate admits it in ``wait`` seconds
 

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from celery.exceptions import Ignore
 
@@ -59,17 +59,6 @@ def claim_or_arrive(
     name, task_id = lease_set.name, request.id
     parking = Parking(lease_set.client, lease_set.keys.prefix, name)
     token = header(request, HEADER_PARK_TOKEN)
-    if parking.is_revoked(task_id):
-        # Revoked through Redis (revoke, or a worker that discarded it): a
-        # worker that missed the broadcast, or forgot it, must not run it.
-        if parking.drop(task_id, "" if token is None else str(token)).where == "inflight":
-            promote(task.app, name, lease_set.capacity, parking.client, parking.prefix, task.name)
-        log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
-        mark_revoked(task.app, task_id, "revoked", request, lock=parking, task_name=task.name)
-        signals.lock_dropped.send(
-            sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
-        )
-        raise Ignore()  # the task is done: __call__ gives its enqueue marker back
     owner = new_owner(lease_set.owner_prefix)
     config = replace(settings_for(task.app).park, **park)
     meta = lease_set.holder_meta()
@@ -104,6 +93,8 @@ def claim_or_arrive(
             task.name,
             task.redislock_rate(args, kwargs),
         )
+    if admission.verdict is Verdict.REVOKED:
+        _drop_revoked(task, request, parking, lease_set, token)
     if admission.verdict is Verdict.HELD:
         lease_set.adopt(owner, admission.token, sent_at)
         if admission.wait:  # starts keep the rate, not only admissions
@@ -118,6 +109,23 @@ def claim_or_arrive(
     raise_if_bounded(admission, name, f"{task.name}[{task_id}] not parked")
     log.info("%s[%s] dropped: a copy of a parked task (%s)", task.name, task_id, admission.reason)
     raise StillPending()
+
+
+def _drop_revoked(
+    task: Any, request: Any, parking: Parking, lease_set: LeaseSet, token: object
+) -> NoReturn:
+    """Revoked through Redis (revoke, or a worker that discarded it): a worker
+    that missed the broadcast, or forgot it, must not run it.  The claim or
+    arrival that found the record took nothing; raises ``Ignore``."""
+    name, task_id = parking.name, request.id
+    if parking.drop(task_id, "" if token is None else str(token)).where == "inflight":
+        promote(task.app, name, lease_set.capacity, parking.client, parking.prefix, task.name)
+    log.info("%s[%s] dropped: revoked (a revoke record in Redis)", task.name, task_id)
+    mark_revoked(task.app, task_id, "revoked", request, lock=parking, task_name=task.name)
+    signals.lock_dropped.send(
+        sender=task, task_id=task_id, name=name, kind=task._redislock_kind, reason="revoked"
+    )
+    raise Ignore()  # the task is done: __call__ gives its enqueue marker back
 
 
 def _redelivered(request: Any) -> bool:

@@ -192,6 +192,38 @@ def test_starts_keep_the_rate_not_only_admissions(
     assert a.wait == 0 and 0.05 < b.wait <= 0.1
 
 
+def test_a_revoked_task_takes_nothing_at_its_claim_or_arrival(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    """The revoke record is read by the claim and arrival scripts before they
+    take anything: a revoked task's claim leaves its reservation (the caller
+    drops it) and books no start, so the next task's start does not wait
+    for it; a revoked message without a token is neither held nor parked."""
+    park = Parking(redis_client, prefix, name)
+    config = ParkConfig(deadline=30)
+    terms = RateTerms(parse_rate("10/s"))
+    first = park.enqueue("a", SLOTS, "{}", 0, config, "t", terms)
+    assert first.verdict is Verdict.RESERVED
+    assert park.enqueue("b", SLOTS, "{}", 0, config, "t", terms).verdict is Verdict.PARKED
+    wait_for(
+        lambda: [p.task_id for p in park.promote(None, config)] == ["b"],
+        5,
+        message="b promoted at its time",
+    )
+    token_b = int(redis_client.hget(f"{prefix}:{{{name}}}:inflight", "b").split(b"|")[0])
+    park.record_revoke("a")
+    a = park.claim("a", str(first.token), "o.a", 5, "{}", SLOTS, "t")
+    assert a.verdict is Verdict.REVOKED and a.token == 0
+    assert sorted(e["task_id"] for e in park.status(count=10).promoted) == ["a", "b"]
+    assert not redis_client.exists(f"{prefix}:{{{name}}}:started")
+    b = park.claim("b", str(token_b), "o.b", 5, "{}", SLOTS, "t")
+    assert b.verdict is Verdict.HELD and b.wait == 0
+    park.record_revoke("c")
+    c = park.arrive("c", SLOTS, "{}", 0, config, "o.c", 5, "{}", "t", terms)
+    assert c.verdict is Verdict.REVOKED
+    assert park.status().parked == 0 and park.where("c") == ("", "")
+
+
 def test_a_start_that_would_wait_long_goes_back_to_the_park(
     redis_client: Any, prefix: str, name: str
 ) -> None:

@@ -480,6 +480,25 @@ def test_late_index_writes_on_the_cluster_leave_it_true(client: Any) -> None:
     assert client.zscore(index, name) is not None, "e in flight and out of the index"
 
 
+def test_a_revoked_task_takes_nothing_on_the_cluster(client: Any) -> None:
+    """On a cluster the revoke record is in another slot than the name's park,
+    so the claim and the arrival read it before their script: a revoked
+    task's claim leaves its reservation, and its arrival stores nothing."""
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.park import ParkConfig, Parking, Verdict
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    parking, one, config = Parking(client, prefix, "park:r"), Capacity.semaphore(1), ParkConfig()
+    reserved = parking.enqueue("a", one, "{}", 0, config, "t")
+    parking.record_revoke("a")
+    claim = parking.claim("a", str(reserved.token), "o.a", 5, "{}", one, "t")
+    assert claim.verdict is Verdict.REVOKED
+    assert [e["task_id"] for e in parking.status(count=5).promoted] == ["a"]
+    parking.record_revoke("b")
+    assert parking.arrive("b", one, "{}", 0, config, "o.b", 5, "{}", "t").verdict is Verdict.REVOKED
+    assert parking.where("b") == ("", "")
+
+
 def test_keep_latest_and_debounce_on_the_cluster(
     cluster: LocalCluster,
     redis_url: str,

@@ -2,7 +2,8 @@
 -- worker (published before the task's key was parked, or re-sent by Celery):
 -- the same admission as park_enqueue.lua, and an admitted run takes the slot
 -- as its lease.
--- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server),
+-- and KEYS[20] revoked (optional: the task's revoke record, passed on a single server only).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] limit        the run's limit, evaluated now; < 0 fixed
@@ -17,15 +18,20 @@
 -- ARGV[12] cost        units this start takes
 -- ARGV[13] options     as park_enqueue.lua's ARGV[11]
 -- Returns {"held", fencing_token, start_wait_us, due} (start_wait_us: see
--- park_claim.lua) or park_enqueue.lua's replies but "reserved".
+-- park_claim.lua), park_claim.lua's "revoked", or park_enqueue.lua's
+-- replies but "reserved".
 
 --- @include "includes/add_holder"
 --- @include "includes/admit_new_call"
 --- @include "includes/fit_holder_ttl"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
+--- @include "includes/park_keys"
 --- @include "includes/stored_limit"
 
+-- Revoked through Redis (parking/admin.py revoke, or a worker that
+-- discarded it): nothing is taken, the caller drops it.
+if REVOKE_RECORD and redis.call('EXISTS', REVOKE_RECORD) == 1 then return {'revoked', 0, -2} end
 local id, limit = ARGV[2], stored_limit(tonumber(ARGV[3]))
 local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[9], tonumber(ARGV[10]),
   tonumber(ARGV[11]), tonumber(ARGV[12]))

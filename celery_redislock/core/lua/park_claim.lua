@@ -4,7 +4,8 @@
 -- from: an earlier promotion's copy that waited in a busy queue past its
 -- deadline is the same task, and the newer token then becomes stale.  So a
 -- queue slower than the reservation deadline delays a task, never starves it.
--- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server),
+-- and KEYS[20] revoked (optional: the task's revoke record, passed on a single server only).
 -- ARGV[1] name
 -- ARGV[2] task_id
 -- ARGV[3] token     promotion token from the message header
@@ -25,7 +26,8 @@
 -- the delivery that claimed it died; the caller tells them apart by the
 -- redelivered flag) or "unknown" (the lock Redis lost its data: the caller
 -- admits it as a message without a token, so it runs: at least once, as
--- Celery delivers).
+-- Celery delivers) | {"revoked", 0, -2} (the task's revoke record exists:
+-- nothing is taken; due -2 as park_release.lua's: the index is left alone).
 
 --- @include "includes/add_holder"
 --- @include "includes/admissible"
@@ -45,6 +47,9 @@
 --- @include "includes/token_fate"
 --- @include "includes/unreserve"
 
+-- Revoked through Redis (parking/admin.py revoke, or a worker that
+-- discarded it): nothing is taken, the caller drops it.
+if REVOKE_RECORD and redis.call('EXISTS', REVOKE_RECORD) == 1 then return {'revoked', 0, -2} end
 local id, token, owner = ARGV[2], ARGV[3], ARGV[4]
 local ttl_ms, meta, limit = tonumber(ARGV[5]), ARGV[6], stored_limit(tonumber(ARGV[7]))
 

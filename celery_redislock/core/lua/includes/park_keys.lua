@@ -60,6 +60,12 @@
 --                     like the index; redislock_park_max_total needs it).
 --   KEYS[19] held     ZSET  the index of held names (HELD of includes/lease_set_keys.lua;
 --                     single server only)
+--   KEYS[20] revoked  STRING  the revoke record of the task a claim or an
+--                     arrival is about (<prefix>:park-revoked:<task id>,
+--                     parking/admin.py revoke()): passed to park_claim.lua
+--                     and park_arrive.lua on a single server only; on a
+--                     cluster it lives in another slot, and the caller
+--                     reads it first.
 -- ARGV[1] is always the name (the index member).
 -- Times are Redis TIME (NOW_MS of includes/now.lua); expires_ms = 0 means never.
 
@@ -70,4 +76,5 @@ local TOKENS, RATE, PAUSE, STARTED = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local MSGS = KEYS[16]
 local INDEX, TOTAL = KEYS[17], KEYS[18]
 HELD = KEYS[19]
+local REVOKE_RECORD = KEYS[20]
 local PNAME = ARGV[1]
