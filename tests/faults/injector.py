@@ -248,7 +248,8 @@ class Injector:
         cid, held = picked
         keys = LeaseKeys(self.s.prefix, held["r"])
         fields = {"victim": cid, "r": held["r"], "tok": held["tok"], "owner": held["owner"]}
-        self._mark("lease_delete", "start", **fields)
+        # Marked once deleted, as a Redis restart is (see redis_restart).
         self.test.delete(keys.holders, keys.info)
+        self._mark("lease_delete", "start", **fields)
         self._mark("lease_delete", "end", **fields)
         return True
