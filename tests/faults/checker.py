@@ -111,7 +111,10 @@ def _fault_windows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if e["e"] == "fault" and e["at"] == "start":
             starts[e["fid"]] = e["t"]
         elif e["e"] == "fault" and e["at"] == "end":
-            windows.append({**e, "start": starts.pop(e["fid"]), "end": e["t"]})
+            start = starts.pop(e["fid"])
+            if e.get("deleted") is False:
+                continue  # a lease deletion that found its victim gone: no fault
+            windows.append({**e, "start": start, "end": e["t"]})
         elif e["e"] == "reaped":
             windows.append({**e, "kind": "reaped", "start": e["t"], "end": e["t"]})
     return windows
