@@ -166,13 +166,12 @@ def test_an_idle_name_leaves_no_key(redis_client: Any, prefix: str, name: str) -
     wait_for(lambda: redis_client.exists(limiter.keys.rate) == 0, 5, message="key expired")
 
 
-def test_starts_keep_the_rate_not_only_admissions(
+def _promoted_100_ms_apart(
     redis_client: Any, prefix: str, name: str
-) -> None:
-    """Two promotions admitted 100 ms apart whose messages reach workers at the
-    same moment: the second claim waits out the rest of the interval before
-    its body starts (park_claim.lua, start_delay()), so starts, not only
-    admissions, keep 10/s."""
+) -> tuple[Parking, ParkConfig, RateTerms, int, int]:
+    """Tasks a and b of a 10/s name, a reserved at once and b promoted at its
+    time, both in flight; returns the park, its config and rate, and the two
+    promotion tokens."""
     park = Parking(redis_client, prefix, name)
     config = ParkConfig(deadline=30)
     terms = RateTerms(parse_rate("10/s"))
@@ -184,9 +183,20 @@ def test_starts_keep_the_rate_not_only_admissions(
         5,
         message="b promoted at its time",
     )
-    assert sorted(e["task_id"] for e in park.status(count=10).promoted) == ["a", "b"]
     token_b = int(redis_client.hget(f"{prefix}:{{{name}}}:inflight", "b").split(b"|")[0])
-    a = park.claim("a", str(first.token), "o.a", 5, "{}", SLOTS, "t")
+    return park, config, terms, first.token, token_b
+
+
+def test_starts_keep_the_rate_not_only_admissions(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    """Two promotions admitted 100 ms apart whose messages reach workers at the
+    same moment: the second claim waits out the rest of the interval before
+    its body starts (park_claim.lua, start_delay()), so starts, not only
+    admissions, keep 10/s."""
+    park, _, _, token_a, token_b = _promoted_100_ms_apart(redis_client, prefix, name)
+    assert sorted(e["task_id"] for e in park.status(count=10).promoted) == ["a", "b"]
+    a = park.claim("a", str(token_a), "o.a", 5, "{}", SLOTS, "t")
     b = park.claim("b", str(token_b), "o.b", 5, "{}", SLOTS, "t")
     assert a.verdict is b.verdict is Verdict.HELD
     assert a.wait == 0 and 0.05 < b.wait <= 0.1
@@ -199,20 +209,9 @@ def test_a_revoked_task_takes_nothing_at_its_claim_or_arrival(
     take anything: a revoked task's claim leaves its reservation (the caller
     drops it) and books no start, so the next task's start does not wait
     for it; a revoked message without a token is neither held nor parked."""
-    park = Parking(redis_client, prefix, name)
-    config = ParkConfig(deadline=30)
-    terms = RateTerms(parse_rate("10/s"))
-    first = park.enqueue("a", SLOTS, "{}", 0, config, "t", terms)
-    assert first.verdict is Verdict.RESERVED
-    assert park.enqueue("b", SLOTS, "{}", 0, config, "t", terms).verdict is Verdict.PARKED
-    wait_for(
-        lambda: [p.task_id for p in park.promote(None, config)] == ["b"],
-        5,
-        message="b promoted at its time",
-    )
-    token_b = int(redis_client.hget(f"{prefix}:{{{name}}}:inflight", "b").split(b"|")[0])
+    park, config, terms, token_a, token_b = _promoted_100_ms_apart(redis_client, prefix, name)
     park.record_revoke("a")
-    a = park.claim("a", str(first.token), "o.a", 5, "{}", SLOTS, "t")
+    a = park.claim("a", str(token_a), "o.a", 5, "{}", SLOTS, "t")
     assert a.verdict is Verdict.REVOKED and a.token == 0
     assert sorted(e["task_id"] for e in park.status(count=10).promoted) == ["a", "b"]
     assert not redis_client.exists(f"{prefix}:{{{name}}}:started")
