@@ -23,6 +23,7 @@ from .core.lock import RedisLock
 from .core.override import Override, Overrides
 from .core.rate import RateDecision, RateLimiter
 from .core.semaphore import FairSemaphore
+from .enqueue.listed_limits import Limit
 from .parking import PARKED, PROMOTED, SUPERSEDED, ParkFull, ParkUnclaimed
 from .policies import SKIPPED
 from .task import LockedTask, RateLimitedTask, SemaphoreTask
@@ -39,6 +40,7 @@ __all__ = [
     "FencedResource",
     "Holder",
     "Lease",
+    "Limit",
     "LockContended",
     "LockError",
     "LockLost",

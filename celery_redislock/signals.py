@@ -12,7 +12,9 @@ exception in a receiver is logged, never raised into the task.
                    kwargs: ``task_id``, ``name``, ``kind``, ``policy``
                    (``"skip"``, ``"retry"``, ``"wait"``, ``"raise"``,
                    ``"dedupe"`` and ``"throttle"`` at enqueue,
-                   ``"redelivered"`` for a same-id re-run)
+                   ``"redelivered"`` for a same-id re-run), ``refused_by``
+                   (the listed limit of ``limits=`` that was full, None
+                   when the task's own key was)
 ``lock_released``  the lock/slot was given back.  kwargs: ``task_id``,
                    ``name``, ``token``, ``kind``, ``reason`` (``"finished"``,
                    ``"retry"``, ``"paused"`` (``redislock_pause``), or for
@@ -71,7 +73,7 @@ lock_acquired = Signal(
     name="redislock_acquired", providing_args={"task_id", "name", "token", "kind", "waited"}
 )
 lock_contended = Signal(
-    name="redislock_contended", providing_args={"task_id", "name", "kind", "policy"}
+    name="redislock_contended", providing_args={"task_id", "name", "kind", "policy", "refused_by"}
 )
 lock_released = Signal(
     name="redislock_released",

@@ -58,6 +58,7 @@ from .core.validation import check_ttl
 from .diagnose import FailedClosed
 from .enqueue import dedupe, options, publish
 from .enqueue.limits import PerCall, check_limit_value, rate_options
+from .enqueue.listed_limits import ListedLimit, listed_limits_of
 from .enqueue.naming import KeyBuilder, keys_of_task_class
 from .parking import StillPending
 from .parking.arrival import back_to_the_head
@@ -115,6 +116,9 @@ class GuardedTask(Task):  # type: ignore[misc]
     rate_burst: int = 1
     #: units one start takes: an int in 1..rate_burst, or a callable of the arguments
     rate_cost: Any = 1
+    #: limits every run must fit besides its own key: a list of
+    #: :class:`~celery_redislock.Limit` (enqueue/listed_limits.py); None: none
+    limits: Any = None
 
     _redislock_kind: ClassVar[str] = ""
     _redislock_key_option: ClassVar[str] = ""
@@ -122,6 +126,7 @@ class GuardedTask(Task):  # type: ignore[misc]
     _redislock_slots: ClassVar[PerCall[int] | None] = None
     _redislock_rate: ClassVar[PerCall[Rate] | None] = None
     _redislock_cost: ClassVar[PerCall[int] | None] = None
+    _redislock_listed: ClassVar[tuple[ListedLimit, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -142,6 +147,7 @@ class GuardedTask(Task):  # type: ignore[misc]
             options.validate(cls)
             check_options(cls)
             cls._redislock_rate, cls._redislock_cost = rate_options(cls, keys, task)
+            cls._redislock_listed = listed_limits_of(cls, keys, task)
 
     @classmethod
     def _redislock_ttl_option(cls) -> float | None:

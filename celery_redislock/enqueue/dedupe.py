@@ -102,7 +102,12 @@ def claim_for_call(task: Any, name: str, task_id: str, options: Mapping[str, Any
             holder,
         )
         signals.lock_contended.send(
-            sender=task, task_id=task_id, name=name, kind=task._redislock_kind, policy="dedupe"
+            sender=task,
+            task_id=task_id,
+            name=name,
+            kind=task._redislock_kind,
+            policy="dedupe",
+            refused_by=None,
         )
     return holder
 
@@ -125,7 +130,12 @@ def claim_window(task: Any, name: str, task_id: str) -> str | None:
         task.lock_throttle,
     )
     signals.lock_contended.send(
-        sender=task, task_id=task_id, name=name, kind=task._redislock_kind, policy="throttle"
+        sender=task,
+        task_id=task_id,
+        name=name,
+        kind=task._redislock_kind,
+        policy="throttle",
+        refused_by=None,
     )
     return text(holder)
 

@@ -46,7 +46,8 @@ class Context:
         (how long a waiting policy waits; None: no limit).  After a refused
         :meth:`Policy.acquire`, ``rate_wait`` is the seconds until the rate
         admits the run when the rate (or a pause) refused it, None when the
-        slot did.  ``call`` is empty, ``send`` None.
+        slot did, and ``refused_by`` the listed limit that refused it (None:
+        its own key did).  ``call`` is empty, ``send`` None.
 
     ``release`` (:meth:`Policy.releaser`, :meth:`Policy.after_release`,
     once the body returned or raised, or its process died):
@@ -71,6 +72,8 @@ class Context:
     send: Callable[[], Any] | None = None
     rate: RateTerms = NO_RATE
     rate_wait: float | None = None
+    #: the listed limit (``limits=``) that refused this run, None when its own key did
+    refused_by: str | None = None
 
     @property
     def kind(self) -> str:
@@ -80,6 +83,13 @@ class Context:
     @property
     def refusal(self) -> str:
         """Why a refused run was refused, for log lines and errors."""
+        if self.refused_by is not None:
+            if self.rate_wait is not None:
+                return (
+                    f"listed limit {self.refused_by!r} is over its rate (admitted in "
+                    f"{self.rate_wait:.3f} s)"
+                )
+            return f"listed limit {self.refused_by!r} is full"
         if self.rate_wait is not None:
             return (
                 f"{self.name!r} is over its rate {self.rate.rate} (admitted in "
@@ -232,4 +242,5 @@ def announce_contended(ctx: Context, policy: str) -> None:
         name=ctx.name,
         kind=ctx.kind,
         policy=policy,
+        refused_by=ctx.refused_by,
     )

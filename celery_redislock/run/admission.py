@@ -28,8 +28,10 @@ from ..core.owners import execution_prefix, execution_tag
 from ..core.park import Parking
 from ..diagnose import fail_closed
 from ..enqueue import options
+from ..enqueue.listed_limits import Need, check_policy_with_limits
 from ..parking.states import StillPending
 from ..policies import POLICIES, Context, announce_contended, check_policy, requeue
+from . import listed_leases
 from .release import lost_signal
 
 __all__ = ["defer_to_earlier_delivery", "enter"]
@@ -48,13 +50,17 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     limit = task.redislock_limit(args, kwargs)  # per run, before any Redis call
     rate = task.redislock_rate(args, kwargs)
     policy.check_rate(task.name, rate.rate)  # a per-call lock_policy
+    needs = listed_leases.needs_of(task, name, args, kwargs)
+    if needs:
+        check_policy_with_limits(task.name, policy.name)
+    on_lost = lost_signal(task, request.id)
     try:
         lease_set: LeaseSet = task.redislock_leaseset(
             name,
             ttl=ttl,
             limit=limit,
             owner_prefix=execution_prefix(request.id, os.getpid()),
-            on_lost=lost_signal(task, request.id),
+            on_lost=on_lost,
             task_id=request.id,
         )
         ctx = Context(
@@ -71,25 +77,43 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
             rate=rate,
         )
         request.redislock_policy = policy
+        request.redislock_listed = []
         defer_to_earlier_delivery(ctx)
         started = time.monotonic()
         acquired = policy.acquire(ctx)
+        if acquired and needs:
+            acquired = _take_listed(ctx, needs, on_lost)
     except (RedisError, RedisClusterException) as exc:
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
         raise
     if acquired:
-        signals.lock_acquired.send(
-            sender=task,
-            task_id=request.id,
-            name=name,
-            token=lease_set.token,
-            kind=task._redislock_kind,
-            waited=time.monotonic() - started,
-        )
+        waited = time.monotonic() - started
+        for held in [lease_set, *request.redislock_listed]:
+            signals.lock_acquired.send(
+                sender=task,
+                task_id=request.id,
+                name=held.name,
+                token=held.token,
+                kind=task._redislock_kind if held is lease_set else "semaphore",
+                waited=waited,
+            )
         return lease_set
     defer_to_earlier_delivery(ctx, contended=True)
     announce_contended(ctx, policy.name)
     policy.contended(ctx)
+
+
+def _take_listed(ctx: Context, needs: list[Need], on_lost: Any) -> bool:
+    """With the own lease held: take every listed limit too (the run's
+    ``redislock_listed``), or give the own lease back and say which refused
+    (``ctx.refused_by``, ``ctx.rate_wait``)."""
+    held, refusal = listed_leases.take_all(ctx, needs, on_lost)
+    if refusal is None:
+        ctx.request.redislock_listed = held
+        return True
+    listed_leases.give_back([ctx.need_lease_set()])  # never ran with it: no lock_released
+    ctx.refused_by, ctx.rate_wait = refusal.name, refusal.rate_wait
+    return False
 
 
 def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:

@@ -23,6 +23,7 @@ from ..core.owners import execution_prefix
 from ..enqueue import dedupe
 from ..enqueue.options import HEADER_POLICY
 from ..policies import POLICIES, Context, check_policy
+from . import listed_leases
 
 __all__ = ["lost_signal", "release_after_run", "release_dead_child", "release_run"]
 
@@ -51,11 +52,13 @@ def release_run(
     lease_set: LeaseSet,
     reason: str,
     releaser: Callable[[str], bool] | None = None,
+    kind: str | None = None,
 ) -> None:
     """Release what this run holds (nothing if released already); never raises a Redis error.
 
     ``releaser`` makes the Redis call instead of a plain release (see
-    ``LeaseSet.release_through``).
+    ``LeaseSet.release_through``); ``kind`` is the signal's (the task's
+    kind by default; ``"semaphore"`` for a listed limit's lease).
 
     A lease that was lost meanwhile is logged; one that cannot be released
     (Redis unreachable) is logged and frees within its TTL, since the
@@ -95,7 +98,7 @@ def release_run(
         task_id=task_id,
         name=lease_set.name,
         token=token,
-        kind=task._redislock_kind,
+        kind=kind or task._redislock_kind,
         reason=reason,
         held=held,
     )
@@ -106,9 +109,15 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     (nothing if released already), through the run's policy: its own release
     call if it has one (``park`` promotes in the same script), else a plain
     release followed by ``after_release``.  The name's limit is taken now, so
-    a raised (callable) limit fills the new slots."""
-    if lease_set.token is None:
-        return  # released already (by retry())
+    a raised (callable) limit fills the new slots.  Then the leases of the
+    run's listed limits (``limits=``), each with its own ``lock_released``."""
+    if lease_set.token is not None:  # else released already (by retry())
+        _release_own(task, request, lease_set, reason)
+    for held in getattr(request, "redislock_listed", None) or ():
+        release_run(task, request.id, held, reason, kind="semaphore")
+
+
+def _release_own(task: Any, request: Any, lease_set: LeaseSet, reason: str) -> None:
     try:
         limit = task.redislock_limit(request.args, request.kwargs)
     except Exception:
@@ -142,7 +151,8 @@ def release_dead_child(
 ) -> int:
     """Release what the execution of ``task_id`` in process ``pid`` held.
 
-    Returns the number of slots (or queue places) released.
+    Returns the number of slots (or queue places) released, its listed
+    limits' included.
     """
     name = task.redislock_name(args, kwargs)
     prefix = execution_prefix(task_id, pid)
@@ -176,6 +186,7 @@ def release_dead_child(
         )
     if headers.get(dedupe.HEADER):
         dedupe.clear_for(task, task_id, args, kwargs)
+    released = listed_leases.release_of_dead_child(task, task_id, pid, args, kwargs, reason)
     if owners:
         policy = headers.get(HEADER_POLICY) or task.lock_policy
         ctx = Context(
@@ -189,7 +200,7 @@ def release_dead_child(
             lease_set=lease_set,
         )
         POLICIES[check_policy(policy)].after_release(ctx)
-    return len(owners)
+    return len(owners) + released
 
 
 def _limit_of_dead_run(task: Any, task_id: str, args: Any, kwargs: Any, mine: list[Any]) -> int:

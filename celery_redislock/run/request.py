@@ -50,6 +50,7 @@ from ..core.park import Parking
 from ..core.scripts import REFRESH_PREFIX
 from ..enqueue.options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
 from ..settings import client_for
+from .listed_leases import renewal_names
 
 __all__ = ["WATCHER", "ChildWatcher", "LockRequest"]
 
@@ -123,7 +124,7 @@ class ChildWatcher:
         self.children: dict[int, None] = {}
 
     def watch(self, request: LockRequest, *, renew: bool = True) -> None:
-        watched = _Watched(request, _renewal_of(request) if renew else None)
+        watched = _Watched(request, _renewals_of(request) if renew else [])
         with self._lock:
             self._requests[id(request)] = watched
             self.children.pop(request.worker_pid, None)
@@ -163,8 +164,7 @@ class ChildWatcher:
                     if gone[pid]:
                         request._redislock_cleanup("worker lost")
                     continue
-                renewal = watched.renewal
-                if renewal is not None:
+                for renewal in watched.renewals:
                     if now >= renewal.next_at:
                         due.append(renewal)
                     pause = min(pause, max(self.MIN_INTERVAL, renewal.next_at - now))
@@ -187,25 +187,26 @@ class _Renewal:
 
 
 class _Watched:
-    def __init__(self, request: LockRequest, renewal: _Renewal | None) -> None:
+    def __init__(self, request: LockRequest, renewals: list[_Renewal]) -> None:
         self.request = request
-        self.renewal = renewal
+        self.renewals = renewals
 
 
-def _renewal_of(request: LockRequest) -> _Renewal | None:
-    """How to renew ``request``'s leases, or None when its name cannot be built."""
+def _renewals_of(request: LockRequest) -> list[_Renewal]:
+    """How to renew ``request``'s leases: its own name's and its listed
+    limits' (``limits=``); none when its name cannot be built."""
     task = request.task
     try:
         name = task.redislock_name(request.args, request.kwargs)
         ttl = request.request_dict.get(HEADER_TTL) or task._redislock_ttl_option()
         if ttl is None:
             ttl = client_for(task.app)[1].default_ttl
-        return _Renewal(
-            task, task.app, name, execution_prefix(request.id, request.worker_pid), float(ttl)
-        )
+        names = [name, *renewal_names(task, request.args, request.kwargs)]
     except Exception as exc:  # bad arguments: the body never acquires either
         log.debug("%s[%s]: no renewal from the main process: %r", task.name, request.id, exc)
-        return None
+        return []
+    prefix = execution_prefix(request.id, request.worker_pid)
+    return [_Renewal(task, task.app, n, prefix, float(ttl)) for n in names]
 
 
 class _Renewer:

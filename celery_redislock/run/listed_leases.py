@@ -1,0 +1,217 @@
+"""The leases a run holds on its listed limits (``limits=``, see
+:mod:`celery_redislock.enqueue.listed_limits`).
+
+How a run takes them (:func:`take_all`): once its own key is held, one try
+per listed limit, in the order of their names, each with its rate if it has
+one (one script call each: the names may sit in different cluster slots).
+The first one that refuses ends the try: every listed lease taken so far is
+given back at once, and the caller gives its own lease back and hands the
+run to its policy, naming the limit that refused.  So a run holds all of
+its limits or none, and never *waits* while holding one: a refused run
+holds nothing (the policies that may list limits give a refused run up).
+
+Guaranteed: no listed name ever has more holders than its limit (each is a
+:class:`~celery_redislock.FairSemaphore` slot, with its invariant); a body
+runs only while its run holds its own key and every listed limit; each
+listed lease is renewed by the process heartbeat (and by the worker's main
+process, run/request.py), stated for the dead-holder path, and given back
+on every path the own lease is (``run/release.py`` ``release_after_run`` at the end of the run and
+before a retry; :func:`release_of_dead_child` when the child died).
+Not guaranteed: FIFO between runs that compete for a listed limit (the
+policies listed here requeue or drop a refused run; none queues), nor that
+a short-lived overlap of tries cannot refuse two runs that would each have
+fit alone (both give back, both are refused: no limit is exceeded).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from .. import signals
+from ..core.leaseset import LeaseSet
+from ..core.owners import execution_prefix
+from ..core.rate import NO_RATE
+from ..core.semaphore import FairSemaphore
+from ..enqueue.listed_limits import Need
+from ..policies.base import Context, take
+from ..settings import client_for
+
+__all__ = [
+    "give_back",
+    "lease_set_of",
+    "needs_of",
+    "release_of_dead_child",
+    "renewal_names",
+    "take_all",
+]
+
+log = logging.getLogger("celery_redislock")
+
+
+def needs_of(task: Any, name: str, args: Any, kwargs: Any) -> list[Need]:
+    """What a run with these arguments needs of the task's listed limits, in
+    the order they are taken; a ``ValueError`` when one names ``name`` (the
+    run's own key) or two name the same."""
+    needs = sorted(
+        (listed.need(args or (), kwargs or {}) for listed in type(task)._redislock_listed),
+        key=lambda need: need.name,
+    )
+    names = [need.name for need in needs]
+    for i, need in enumerate(needs):
+        if need.name == name or need.name in names[:i]:
+            raise ValueError(
+                f"task {task.name}: a listed limit names {need.name!r}, which "
+                f"{'is the own key' if need.name == name else 'another listed limit names'} "
+                "of this call: each name is one semaphore, taken once"
+            )
+    return needs
+
+
+def lease_set_of(
+    task: Any,
+    need: Need,
+    *,
+    ttl: float | None = None,
+    owner_prefix: str = "",
+    on_lost: Any = None,
+    task_id: str | None = None,
+) -> LeaseSet:
+    """The lease set of one listed limit, on the app's lock Redis: a
+    :class:`~celery_redislock.FairSemaphore` of ``need.limit`` slots whose
+    holders say which task holds them (``celery redislock status``)."""
+    client, settings = client_for(task.app)
+    meta: dict[str, Any] = {"task": task.name, "limit": need.limit, "listed": True}
+    if task_id is not None:
+        meta["task_id"] = task_id
+    return FairSemaphore(
+        client,
+        need.name,
+        need.limit,
+        ttl=ttl or settings.default_ttl,
+        prefix=settings.prefix,
+        owner_prefix=owner_prefix,
+        on_lost=on_lost,
+        meta=meta,
+        index=True,
+    )
+
+
+def take_all(
+    ctx: Context, needs: Sequence[Need], on_lost: Any
+) -> tuple[list[LeaseSet], Context | None]:
+    """Take a slot of every listed limit for this run (``ctx``: its run
+    context, its own lease held; ``on_lost``: the callback of a lost lease).
+    Returns the held lease sets and None, or
+    nothing held and the context of the limit that refused (its ``name``,
+    and its ``rate_wait`` when its rate refused)."""
+    own = ctx.need_lease_set()
+    held: list[LeaseSet] = []
+    for need in needs:
+        lease_set = lease_set_of(
+            ctx.task,
+            need,
+            ttl=own.ttl,
+            owner_prefix=own.owner_prefix,
+            on_lost=on_lost,
+            task_id=ctx.task_id,
+        )
+        attempt = Context(
+            phase="run",
+            task=ctx.task,
+            name=need.name,
+            task_id=ctx.task_id,
+            args=ctx.args,
+            kwargs=ctx.kwargs,
+            limit=need.limit,
+            request=ctx.request,
+            lease_set=lease_set,
+            rate=need.rate,
+        )
+        try:
+            taken = take(attempt, blocking=False)
+        except BaseException:
+            give_back(held)
+            raise
+        if not taken:
+            give_back(held)
+            return [], attempt
+        held.append(lease_set)
+    return held, None
+
+
+def give_back(held: Sequence[LeaseSet]) -> None:
+    """Release leases a refused run took (no signal: it never had them all);
+    never raises: one it cannot give back (lost, Redis unreachable) frees
+    within its ttl, since the heartbeat dropped it."""
+    for lease_set in held:
+        try:
+            lease_set.release()
+        except Exception as exc:
+            log.warning(
+                "could not give back %r (%r); it expires within its ttl", lease_set.name, exc
+            )
+
+
+def release_of_dead_child(
+    task: Any, task_id: str, pid: int, args: Any, kwargs: Any, reason: str
+) -> int:
+    """Release what the execution of ``task_id`` in the dead process ``pid``
+    held of its listed limits; returns how many slots it released."""
+    prefix = execution_prefix(task_id, pid)
+    released = 0
+    for listed in type(task)._redislock_listed:
+        try:
+            name = listed.keys.build(args or (), kwargs or {})
+        except Exception as exc:  # the body never ran with a name it cannot build
+            log.debug("%s[%s]: no listed name to release: %r", task.name, task_id, exc)
+            continue
+        reader = lease_set_of(task, Need(name, 1, NO_RATE))
+        try:
+            owners = [h.owner for h in reader.holders() if h.owner.startswith(prefix)]
+            for owner in owners:
+                held = reader.release_owner(owner)
+                released += 1
+                log.warning(
+                    "%s[%s]: released %r held by its dead process %d (%s)",
+                    task.name,
+                    task_id,
+                    name,
+                    pid,
+                    reason,
+                )
+                signals.lock_released.send(
+                    sender=task,
+                    task_id=task_id,
+                    name=name,
+                    token=None,
+                    kind="semaphore",
+                    reason=reason,
+                    held=held,
+                )
+        except RedisError as exc:
+            log.error(
+                "%s[%s]: could not release %r of its dead process %d (%r); it expires "
+                "within its ttl",
+                task.name,
+                task_id,
+                name,
+                pid,
+                exc,
+            )
+    return released
+
+
+def renewal_names(task: Any, args: Any, kwargs: Any) -> list[str]:
+    """The listed names a run with these arguments holds (for the main
+    process's renewal); a name that cannot be built is left out."""
+    names = []
+    for listed in type(task)._redislock_listed:
+        try:
+            names.append(listed.keys.build(args or (), kwargs or {}))
+        except Exception:
+            continue
+    return names

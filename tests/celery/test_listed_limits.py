@@ -1,0 +1,373 @@
+"""Several limits on one task: ``limits=[Limit(...)]`` beside the own key.
+
+Decoration-time and call-time checks; a run that holds all of its limits or
+none (in-process ``apply()`` against the real Redis); and on real prefork
+workers: a per-account cap plus a shared cap never exceeded, the shared cap
+used, a refusal that names the shared limit, the shared limit lowered at run
+time, and a child kill and a whole-worker kill while a run holds both.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock import FairSemaphore, Limit, LockContended, LockedTask, SemaphoreTask
+from tests.celery_apps.listed import SHARED, create_listed_app
+from tests.celery_harness import worker_factory
+from tests.waiting import wait_for
+
+
+@pytest.fixture
+def app(redis_url: str, prefix: str) -> Celery:
+    app = Celery("listed", broker="memory://", set_as_current=False)
+    app.conf.update(redislock_url=redis_url, redislock_prefix=prefix)
+    app.finalize()
+    return app
+
+
+def unique_name() -> str:
+    return f"listed.{uuid.uuid4().hex}"
+
+
+def holders(client: redis.Redis, prefix: str, name: str) -> list[Any]:
+    return FairSemaphore(client, name, 1, prefix=prefix).holders()
+
+
+# -- decoration and call time --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"limits": Limit("s", 2)}, TypeError, "limits must be a list of Limit"),
+        ({"limits": [("s", 2)]}, TypeError, "got an item"),
+        ({"limits": [Limit("r:{regoin}", 2)]}, ValueError, r"\{regoin\} is not a parameter"),
+        ({"limits": [Limit("s", lambda plan: 2)]}, ValueError, "'plan' is not a parameter"),
+        ({"limits": [Limit("s", 2), Limit("s", 3)]}, ValueError, "names 's' twice"),
+        ({"limits": [Limit("a:{account_id}", 2)]}, ValueError, "the task's own key"),
+        ({"limits": [Limit("s", 2)], "lock_policy": "park"}, TypeError, "does not combine"),
+        ({"limits": [Limit("s", 2)], "lock_policy": "wait"}, TypeError, "does not combine"),
+    ],
+)
+def test_bad_limits_fail_at_decoration_naming_the_task(
+    app: Celery, options: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    name = unique_name()
+    options.setdefault("lock_policy", "retry")
+    with pytest.raises(error, match=match) as info:
+
+        @app.task(
+            name=name,
+            shared=False,
+            base=SemaphoreTask,
+            semaphore_key="a:{account_id}",
+            semaphore_limit=2,
+            **options,
+        )
+        def sync(account_id: int, region: str = "eu") -> None: ...
+
+    assert name in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "match"),
+    [
+        ({"key": ""}, TypeError, "non-empty str template"),
+        ({"limit": 0}, ValueError, "must be >= 1"),
+        ({"limit": True}, TypeError, "must be an int >= 1"),
+        ({"rate": "fast"}, ValueError, "rate"),
+        ({"burst": 0}, ValueError, "burst"),
+    ],
+)
+def test_a_bad_limit_fails_when_it_is_made(
+    arguments: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        Limit(**{"key": "s", "limit": 2, **arguments})
+
+
+def test_semaphore_task_default_policy_park_is_refused_with_limits(app: Celery) -> None:
+    with pytest.raises(TypeError, match="lock_policy='park' does not combine with limits"):
+
+        @app.task(
+            name=unique_name(),
+            shared=False,
+            base=SemaphoreTask,
+            semaphore_key="a:{account_id}",
+            semaphore_limit=2,
+            limits=[Limit("s", 2)],
+        )
+        def sync(account_id: int) -> None: ...
+
+
+def test_a_per_call_waiting_policy_is_refused_at_apply_async(app: Celery) -> None:
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        limits=[Limit("s", 2)],
+    )
+    def report(account_id: int) -> None: ...
+
+    with pytest.raises(TypeError, match="lock_policy='park' does not combine with limits"):
+        report.apply_async((1,), lock_policy="park")
+
+
+# -- one run, all or none (in process, real Redis) --------------------------------
+
+
+def test_a_run_holds_its_own_key_and_every_listed_limit_and_gives_all_back(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    seen: dict[str, Any] = {}
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        limits=[Limit("region:{region}", 5), Limit("s", lambda account_id: account_id)],
+    )
+    def report(self: Any, account_id: int, region: str) -> None:
+        seen["listed"] = sorted(lease.name for lease in self.request.redislock_listed)
+        seen["held"] = {
+            name: [h.meta.get("task_id") for h in holders(redis_client, prefix, name)]
+            for name in ("r:2", "region:eu", "s")
+        }
+        seen["limit"] = [h.meta.get("limit") for h in holders(redis_client, prefix, "s")]
+
+    result = report.apply((2, "eu"))
+    assert result.successful(), result.traceback
+    assert seen["listed"] == ["region:eu", "s"]
+    assert seen["held"] == {name: [result.id] for name in ("r:2", "region:eu", "s")}
+    assert seen["limit"] == [2]  # the callable's answer for this call
+    for name in ("r:2", "region:eu", "s"):
+        assert holders(redis_client, prefix, name) == [], name
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+def test_a_full_listed_limit_refuses_the_run_which_holds_nothing(
+    app: Celery,
+    redis_client: redis.Redis,
+    prefix: str,
+    policy: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[int] = []
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy=policy,
+        limits=[Limit("a-free", 1), Limit("z-full", 1)],  # taken in this order
+    )
+    def report(account_id: int) -> None:
+        ran.append(account_id)
+
+    other = FairSemaphore(redis_client, "z-full", 1, prefix=prefix)
+    assert other.acquire(blocking=False)
+    try:
+        result = report.apply((1,))
+    finally:
+        other.release()
+    assert ran == []
+    if policy == "raise":
+        assert isinstance(result.result, LockContended)
+        assert "listed limit 'z-full' is full" in str(result.result)
+    else:  # eager: Celery's IGNORED; a worker stores SKIPPED (policies/skip.py)
+        assert result.state == "IGNORED"
+        assert "skipped: listed limit 'z-full' is full (policy skip)" in caplog.text
+    for name in ("r:1", "a-free", "z-full"):
+        assert holders(redis_client, prefix, name) == [], name
+
+
+def test_a_listed_name_equal_to_the_own_key_fails_the_run_without_its_body(app: Celery) -> None:
+    ran: list[int] = []
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="raise",
+        limits=[Limit(lambda args, kwargs: f"r:{args[0]}", 2)],
+    )
+    def report(account_id: int) -> None:
+        ran.append(account_id)
+
+    result = report.apply((1,))
+    assert isinstance(result.result, ValueError) and "is the own key" in str(result.result)
+    assert ran == []
+
+
+# -- real workers -----------------------------------------------------------------
+
+
+@pytest.fixture
+def config(redis_url: str) -> dict[str, str]:
+    return {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_sweep": "0.5",
+    }
+
+
+@pytest.fixture
+def worker_app(config: dict[str, str]) -> Celery:
+    return create_listed_app(config)
+
+
+@pytest.fixture
+def start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with worker_factory(tmp_path_factory.mktemp("listed")) as start:
+        yield start
+
+
+def events(app: Celery) -> list[dict[str, Any]]:
+    return app.recorder.events("charge", "all")  # type: ignore[attr-defined,no-any-return]
+
+
+def most_at_once(history: list[dict[str, Any]], account: str | None = None) -> int:
+    """The most runs (of ``account``, or of all) that were between start and end at once."""
+    edges = sorted(
+        (e["t"], 1 if e["what"] == "start" else -1)
+        for e in history
+        if account is None or e["account"] == account
+    )
+    running = most = 0
+    for _, step in sorted(edges, key=lambda edge: (edge[0], edge[1])):  # ends first on a tie
+        running += step
+        most = max(most, running)
+    return most
+
+
+def open_gate(client: redis.Redis, prefix: str, account: str, n: int) -> None:
+    client.set(f"{prefix}:gate:{account}:{n}", 1)
+
+
+def test_per_account_and_shared_caps_on_two_prefork_workers(
+    worker_app: Celery, start: Any, config: dict[str, str], redis_client: redis.Redis
+) -> None:
+    prefix = config["prefix"]
+    task = worker_app.tasks["listed.charge"]
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+
+    # Four gated runs that their accounts' caps (2 each) admit: the shared cap
+    # (3) holds the fourth back, and says so.
+    gated = [("heavy", 0), ("heavy", 1), ("light", 0), ("light", 1)]
+    results = {call: task.delay(*call, gate=True) for call in gated}
+    wait_for(
+        lambda: sum(e["what"] == "start" for e in events(worker_app)) == 3, 60, message="3 runs"
+    )
+    assert len(holders(redis_client, prefix, SHARED)) == 3
+    started = {(e["account"], e["n"]) for e in events(worker_app) if e["what"] == "start"}
+    (waiting,) = set(gated) - started
+
+    def refused_by_shared() -> bool:
+        return any(
+            s["signal"] == "redislock_contended"
+            and s.get("refused_by") == SHARED
+            and s.get("task_id") == results[waiting].id
+            for s in worker_app.recorder.signals()  # type: ignore[attr-defined]
+        )
+
+    wait_for(refused_by_shared, 30, message="the waiting run refused by the shared limit")
+    for call in gated:
+        open_gate(redis_client, prefix, *call)
+    for result in results.values():
+        assert result.get(timeout=60) in (0, 1)
+
+    # A skewed backlog: one heavy account, two light ones.
+    calls = [("heavy", n) for n in range(2, 14)] + [(a, n) for a in ("l1", "l2") for n in range(3)]
+    for result in [task.delay(*call, duration=0.2) for call in calls]:
+        result.get(timeout=120)
+
+    # The shared limit lowered at run time: one at a time from then on.
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    lowered = [task.delay(account, 100, duration=0.2) for account in ("x", "y", "z")]
+    for result in lowered:
+        result.get(timeout=120)
+
+    history = events(worker_app)
+    assert sum(e["what"] == "end" for e in history) == len(gated) + len(calls) + 3
+    assert all(e["listed"] == [SHARED] for e in history if e["what"] == "start")
+    assert most_at_once(history) == 3  # the shared cap: used, never over
+    for account in ("heavy", "light", "l1", "l2"):
+        assert most_at_once(history, account) <= 2, account
+    assert most_at_once([e for e in history if e["n"] == 100]) == 1
+    assert holders(redis_client, prefix, SHARED) == []
+
+
+def test_a_child_killed_while_holding_gives_back_its_listed_slot(
+    worker_app: Celery, start: Any, config: dict[str, str], redis_client: redis.Redis
+) -> None:
+    prefix = config["prefix"]
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    result = worker_app.tasks["listed.charge"].delay("a", 0, gate=True)
+    (first,) = wait_for(lambda: events(worker_app), 60, message="the run started")
+    assert len(holders(redis_client, prefix, SHARED)) == 1
+    os.kill(first["pid"], signal.SIGKILL)
+    wait_for(
+        lambda: (
+            not holders(redis_client, prefix, SHARED)
+            and not holders(redis_client, prefix, "acct:a")
+        ),
+        15,  # the lease ttl is 30 s
+        message="both slots given back",
+    )
+    with pytest.raises(Exception, match=r"(?i)worker"):
+        result.get(timeout=60)
+    released = [
+        s
+        for s in worker_app.recorder.signals()  # type: ignore[attr-defined]
+        if s["signal"] == "redislock_released" and s.get("task_id") == result.id
+    ]
+    assert {(s["name"], s["reason"]) for s in released} == {
+        ("acct:a", "worker lost"),
+        (SHARED, "worker lost"),
+    }
+
+
+def test_a_whole_worker_killed_while_holding_gives_back_its_listed_slot_before_the_ttl(
+    worker_app: Celery, start: Any, config: dict[str, str], redis_client: redis.Redis
+) -> None:
+    from tests.celery.test_park import stated_names
+
+    prefix = config["prefix"]
+    first = start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    worker_app.tasks["listed.charge"].delay("a", 0, gate=True)
+    wait_for(lambda: events(worker_app), 60, message="the run started")
+    wait_for(
+        lambda: SHARED in stated_names(worker_app) and "acct:a" in stated_names(worker_app),
+        30,
+        message="both leases stated",
+    )
+    (holder,) = holders(redis_client, prefix, SHARED)
+    seconds, micros = redis_client.time()
+    expires_at = seconds + micros / 1e6 + holder.expires_in
+    first.kill()  # main process and children: nobody left to release
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    wait_for(
+        lambda: (
+            not holders(redis_client, prefix, SHARED)
+            and not holders(redis_client, prefix, "acct:a")
+        ),
+        60,
+        message="both slots given back",
+    )
+    seconds, micros = redis_client.time()
+    assert seconds + micros / 1e6 < expires_at, "given back before the lease's ttl"
