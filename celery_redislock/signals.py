@@ -29,8 +29,10 @@ exception in a receiver is logged, never raised into the task.
                    ``task_id``, ``name``, ``kind``, ``where`` (``"enqueue"``
                    in the caller, ``"arrive"`` in a worker, ``"pause"`` for a
                    run that called ``redislock_pause``, ``"retry"`` for a
-                   ``keep_latest`` run's own retry), ``parked`` (park list
-                   length after it)
+                   ``keep_latest`` run's own retry, ``"limit"`` for a run
+                   that a full listed limit sent back), ``parked`` (park
+                   list length after it), ``waits_for`` (the listed limit
+                   it waits for, with ``"limit"``; None otherwise)
 ``lock_dropped``   policy ``park`` gave up a parked or promoted task that never
                    ran (its final state is set: ``REVOKED``, or ``FAILURE``
                    with ``ParkUnclaimed``, or ``SUPERSEDED``).  kwargs:
@@ -83,7 +85,8 @@ lock_lost = Signal(
     name="redislock_lost", providing_args={"task_id", "name", "token", "kind", "reason"}
 )
 lock_parked = Signal(
-    name="redislock_parked", providing_args={"task_id", "name", "kind", "where", "parked"}
+    name="redislock_parked",
+    providing_args={"task_id", "name", "kind", "where", "parked", "waits_for"},
 )
 lock_promoted = Signal(
     name="redislock_promoted", providing_args={"task_id", "name", "kind", "token"}

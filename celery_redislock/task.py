@@ -26,7 +26,9 @@ What is guaranteed (docs/lifecycle.md has every way a task ends):
 Inside the body (``bind=True``), ``self.request.redislock`` is the held
 :class:`RedisLock` / :class:`FairSemaphore` in every execution (worker,
 ``apply()``, ``task_always_eager``), and ``None`` in a plain call
-(``refresh_cache(7)``), which runs the body without a lock.
+(``refresh_cache(7)``), which runs the body without a lock;
+``self.request.redislock_listed`` the held leases of its listed limits
+(``limits=``; empty in a plain call).
 ``semaphore_limit`` may be a callable of the task's arguments, evaluated
 for every run (:mod:`celery_redislock.enqueue.limits`).
 
@@ -339,7 +341,7 @@ class GuardedTask(Task):  # type: ignore[misc]
 def _run_unlocked(task: GuardedTask, args: Any, kwargs: Any) -> Any:
     """A plain function call: no lock, and ``self.request.redislock`` is None."""
     _task_stack.push(task)
-    task.push_request(args=args, kwargs=kwargs, redislock=None)
+    task.push_request(args=args, kwargs=kwargs, redislock=None, redislock_listed=[])
     try:
         return task.run(*args, **kwargs)
     finally:

@@ -10,6 +10,8 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:qinfo     HASH  waiting owner -> wait lease, ttl, limit, meta
     <prefix>:{<name>}:wake:<owner>  LIST  hand-off signal for one waiter
     <prefix>:{<name>}:override  HASH  run-time overrides of the limit and rate (override.py)
+    <prefix>:{<name>}:blocked   ZSET  names whose parked heads wait for this name as a
+                                listed limit (limit_block.lua, limit_wake.lua)
     <prefix>:{<name>}:enqueued:<task name>  STR  lock_dedupe marker of one task (dedupe_claim.lua)
     <prefix>:{<name>}:throttle:<task name>  STR  the window of lock_throttle without
                                 trailing, of one task (dedupe_claim.lua)
@@ -126,6 +128,11 @@ class LeaseKeys:
     @cached_property
     def override(self) -> str:
         return f"{self.base}:override"
+
+    @cached_property
+    def blocked(self) -> str:
+        """The names whose parked heads wait for this name as a listed limit."""
+        return f"{self.base}:blocked"
 
     def dedupe_marker(self, task_name: str) -> str:
         """Per task name: two tasks whose keys give one name never share a marker."""

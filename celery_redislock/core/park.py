@@ -57,6 +57,7 @@ from .scripts import (
     PARK_PROMOTE,
     PARK_RELEASE,
     PARK_TRY,
+    PARK_UNHOLD,
     PARK_WAKE,
     PARK_WHERE,
     STATE_FREE,
@@ -174,7 +175,7 @@ class Parking:
             keys = [*keys, revoke_record(self.prefix, revoke_record_of)]
         reply = script(self.client, keys, [self.name, *args])
         if self.cluster:
-            due = reply[0] if script in (PARK_PROMOTE, PARK_RELEASE) else reply[-1]
+            due = reply[0] if script in (PARK_PROMOTE, PARK_RELEASE, PARK_UNHOLD) else reply[-1]
             self._follow(script, int(due))
         return reply
 
@@ -307,13 +308,16 @@ class Parking:
         task_name: str,
         rate: RateTerms,
         token: str = "",
+        hold: float = 0.0,
     ) -> Outcome:
         """A running task puts itself back ahead of all parked work of the name
         and pauses the name for ``pause`` seconds (a pause only lengthens;
         ``park_head.lua``): PARKED, with ``wait`` the pause left.  ``token``: the
         promotion token the run was claimed with, if any; it becomes stale, so a
         copy of the run's message (redelivered after a crash) never runs: the
-        park has the task."""
+        park has the task.  ``hold``: instead of (or besides) a pause, nothing
+        parked of the name is promoted for this many seconds, unless
+        :meth:`unhold` lifts it first (a run refused by a full listed limit)."""
         reply = self._call(
             PARK_HEAD,
             [
@@ -325,6 +329,7 @@ class Parking:
                 *rate.script_args(),
                 _ms(pause) if pause > 0 else 0,
                 token,
+                _ms(hold) if hold > 0 else 0,
             ],
         )
         return Outcome.of(reply)
@@ -375,6 +380,14 @@ class Parking:
                 _field(task_name),
                 config.max_publishes,
             ],
+        )
+        return _promotions(reply[1:])
+
+    def unhold(self, config: ParkConfig) -> list[Promotion]:
+        """Lift the hold :meth:`park_at_head` set and fill the free slots, as
+        :meth:`promote` does for the sweeper (``park_unhold.lua``)."""
+        reply = self._call(
+            PARK_UNHOLD, [0, _ms(config.deadline), PROMOTE_BATCH, "", config.max_publishes]
         )
         return _promotions(reply[1:])
 

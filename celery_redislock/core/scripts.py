@@ -34,6 +34,8 @@ __all__ = [
     "FENCED_CLAIM",
     "FENCED_WRITE",
     "INSPECT",
+    "LIMIT_BLOCK",
+    "LIMIT_WAKE",
     "OVERRIDE",
     "PARK_ARRIVE",
     "PARK_CLAIM",
@@ -45,6 +47,7 @@ __all__ = [
     "PARK_PROMOTE",
     "PARK_RELEASE",
     "PARK_TRY",
+    "PARK_UNHOLD",
     "PARK_WAKE",
     "PARK_WHERE",
     "RATE_ACQUIRE",
@@ -149,6 +152,9 @@ PARK_TRY = _script("park_try.lua")
 PARK_HEAD = _script("park_head.lua")
 PARK_CLAIM = _script("park_claim.lua")
 PARK_PROMOTE = _script("park_promote.lua")
+PARK_UNHOLD = _script("park_unhold.lua")
+LIMIT_BLOCK = _script("limit_block.lua")
+LIMIT_WAKE = _script("limit_wake.lua")
 PARK_RELEASE = _script("park_release.lua")
 PARK_DROP = _script("park_drop.lua")
 PARK_INSPECT = _script("park_inspect.lua")

@@ -50,8 +50,9 @@ __all__ = [
 ]
 
 #: the policies a task with ``limits`` may use: each gives a refused run up
-#: (skipped, failed, requeued) instead of waiting for the own key alone
-POLICIES_WITH_LIMITS = ("skip", "raise", "retry")
+#: (skipped, failed, requeued) or parks it holding nothing, instead of
+#: waiting for the own key alone
+POLICIES_WITH_LIMITS = ("park", "skip", "raise", "retry")
 
 
 @dataclass(frozen=True)

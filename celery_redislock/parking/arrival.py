@@ -12,24 +12,32 @@ else it is parked by that same call and acked.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery.exceptions import Ignore
+from redis.exceptions import RedisClusterException, RedisError
 
 from .. import signals
+from ..core.keys import lease_keys
 from ..core.leaseset import LeaseSet
 from ..core.owners import new_owner
 from ..core.park import Outcome, Parking, Verdict
 from ..core.rate import RateLimiter
+from ..core.scripts import LIMIT_BLOCK
 from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from .enqueue import NO_CHANGES
 from .message import envelope_of_request, expires_in, json_dumps
-from .promotion import promote
+from .promotion import promote, wake_waiting_for
+
+if TYPE_CHECKING:
+    from ..policies.base import Context
+
 from .states import (
     StillPending,
     announce_parked,
@@ -38,7 +46,13 @@ from .states import (
     raise_if_bounded,
 )
 
-__all__ = ["back_to_the_head", "claim_or_arrive"]
+__all__ = [
+    "LISTED_RETRY",
+    "back_to_the_head",
+    "back_to_wait_for_a_limit",
+    "claim_or_arrive",
+    "note_waiting",
+]
 
 log = logging.getLogger("celery_redislock")
 
@@ -139,12 +153,17 @@ def back_to_the_head(
     kwargs: Any,
     lease_set: LeaseSet,
     seconds: float,
+    hold: float = 0.0,
+    waits_for: str | None = None,
 ) -> StillPending:
     """A running park-policy task pauses its key for ``seconds`` and goes back to
     the head of the key's park (same task id, its message as it arrived); the
     caller raises the returned :class:`StillPending`, so the run ends, its
     slot is given back and nothing else of the key starts before the pause
-    ends.  State ``PARKED``; signals ``lock_parked`` and ``lock_rate_limited``."""
+    ends.  State ``PARKED``; signals ``lock_parked`` and ``lock_rate_limited``.
+    With ``hold`` (a run refused by the full listed limit ``waits_for``)
+    the key's parked work is held that long instead, unless a release of
+    that limit wakes it first (:func:`back_to_wait_for_a_limit`)."""
     envelope = envelope_of_request(task, request, args, kwargs)
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
     token = header(request, HEADER_PARK_TOKEN)
@@ -157,16 +176,78 @@ def back_to_the_head(
         task.name,
         task.redislock_rate(args, kwargs),
         "" if token is None else str(token),
+        hold,
     )
     if admission.verdict is Verdict.PARKED:
-        announce_parked(task, request.id, lease_set.name, "pause", admission, parking=parking)
-    else:  # a copy of this task is parked or in flight already: it is the one that runs
+        where = "pause" if waits_for is None else "limit"
+        announce_parked(
+            task, request.id, lease_set.name, where, admission, parking=parking, waits_for=waits_for
+        )
+    elif seconds > 0:  # a copy of this task is parked or in flight already: it runs
         RateLimiter(lease_set.client, lease_set.name, prefix=lease_set.keys.prefix).pause(seconds)
+    if admission.verdict is not Verdict.PARKED:
         log.info(
-            "%s[%s] paused %r; a copy of it is already %s",
+            "%s[%s] back to %r%s; a copy of it is already %s, and that copy runs",
             task.name,
             request.id,
             lease_set.name,
+            " (paused)" if seconds > 0 else "",
             admission.reason,
         )
     return StillPending()
+
+
+#: how long a name whose parked head a full listed limit sent back holds its
+#: parked work when no release of that limit wakes it first (a holder of the
+#: limit that died where no process sees it: its lease expires by itself)
+LISTED_RETRY = 5.0
+#: how long a limit's blocked set outlives its last note (a noted name whose
+#: hold ended is promoted by the sweeper anyway)
+BLOCKED_MEMORY_MS = 3_600_000
+
+
+def back_to_wait_for_a_limit(ctx: Context) -> StillPending:
+    """A park-policy run whose own slot is held and whose listed limit
+    ``ctx.refused_by`` refused it goes back to the head of its name's park,
+    with the name's parked work held (:data:`LISTED_RETRY`, or the listed
+    limit's rate wait when its rate refused it): nothing of the name is
+    promoted before, unless a release of the limit wakes it
+    (:func:`note_waiting`).  The caller then gives the own slot back (its
+    promotions wait for the hold), notes the name, and raises the returned
+    :class:`StillPending`.  Not parked (Redis unreachable): the own slot is
+    given back and the error raised."""
+    task, request, lease_set = ctx.task, ctx.request, ctx.need_lease_set()
+    hold = LISTED_RETRY if ctx.rate_wait is None else max(ctx.rate_wait, 0.001)
+    try:
+        return back_to_the_head(
+            task, request, ctx.args, ctx.kwargs, lease_set, 0.0, hold=hold, waits_for=ctx.refused_by
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):  # else it frees within its ttl
+            lease_set.release()
+        raise
+
+
+def note_waiting(task: Any, request_id: str, lease_set: LeaseSet, limit: str) -> None:
+    """After :func:`back_to_wait_for_a_limit` and the own slot given back:
+    note the name in the limit's blocked set (``limit_block.lua``), then look
+    at the limit once more (:func:`wake_waiting_for`), since a slot may have
+    come back between the refusal and the note.  In this order no wake-up
+    is lost: every release of the limit after the note wakes the oldest
+    noted name while the limit has room.  A process that dies before the
+    note, or a Redis error here, leaves the task parked: the hold ends by
+    itself."""
+    try:
+        keys = lease_keys(lease_set.keys.prefix, limit)
+        LIMIT_BLOCK(lease_set.client, [keys.blocked], [lease_set.name, BLOCKED_MEMORY_MS])
+        wake_waiting_for(task.app, limit)
+    except (RedisError, RedisClusterException) as exc:
+        log.warning(
+            "%s[%s]: could not note that %r waits for %r (%r); it is tried again in %g s",
+            task.name,
+            request_id,
+            lease_set.name,
+            limit,
+            exc,
+            LISTED_RETRY,
+        )

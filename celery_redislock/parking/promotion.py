@@ -21,8 +21,10 @@ from redis.exceptions import RedisError
 from .. import events, signals
 from ..core import liveness
 from ..core.capacity import Capacity
+from ..core.keys import lease_keys
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
+from ..core.scripts import LIMIT_WAKE, text
 from ..enqueue import dedupe
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for, settings_for
@@ -36,6 +38,7 @@ __all__ = [
     "promote",
     "release_dead_holders",
     "releaser",
+    "wake_waiting_for",
 ]
 
 log = logging.getLogger("celery_redislock")
@@ -257,6 +260,31 @@ def discarded_by_worker(
         )
 
 
+def wake_waiting_for(app: Any, limit: str) -> bool:
+    """After a slot of ``limit`` came back (or might have): wake the oldest
+    name whose parked head waits for it as a listed limit
+    (``limit_wake.lua`` takes it out of the limit's blocked set only while
+    the limit has a free slot; ``park_unhold.lua`` lifts the name's hold
+    and promotes).  A woken name that promotes nothing (its own slots full,
+    its park empty) does not use the slot up: the next one is woken.
+    Returns whether a task was published."""
+    client, settings = client_for(app)
+    keys = lease_keys(settings.prefix, limit)
+    for _ in range(WAKE_TRIES):
+        names = LIMIT_WAKE(client, [*keys.lease_keys(), keys.blocked], [1])
+        if not names:
+            return False
+        parking = Parking(client, settings.prefix, text(names[0]))
+        if _publish_all(app, parking, parking.unhold(settings.park), None):
+            return True
+    return False
+
+
+#: names woken at most per :func:`wake_waiting_for` (each that promoted
+#: nothing lets the next one try; the rest wait for the next release or their hold)
+WAKE_TRIES = 10
+
+
 def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
     """Give back the leases of processes of this machine that are provably dead
     (see core/liveness.py: a whole worker killed, whose main process could not
@@ -283,6 +311,7 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
                         owner,
                     )
                 _publish_all(app, parking, promotions, None)
+            wake_waiting_for(app, name)  # the name may be a listed limit
         liveness.forget(client, settings.prefix, dead.process)
     return released
 

@@ -121,14 +121,27 @@ def announce_parked(
     admission: Outcome,
     config: ParkConfig | None = None,
     parking: Parking | None = None,
+    waits_for: str | None = None,
 ) -> None:
     """``PARKED``, its log line and ``lock_parked`` (``where``: enqueue / arrive /
-    pause / retry); for a task parked for its rate (or a pause) also
+    pause / retry / limit); for a task parked for its rate (or a pause) also
     ``lock_rate_limited``.  ``config``: the park settings of the call (a
-    debounced call says so); ``parking``: the name's, if the caller has it."""
+    debounced call says so); ``parking``: the name's, if the caller has it;
+    ``waits_for``: the listed limit a run sent back by it waits for (its
+    ``PARKED`` meta says so too)."""
     count, wait = admission.count, admission.wait
     meta: dict[str, Any] = {"lock": name, "where": where}
-    if where == "retry":  # a run's own retry, ahead of the park (parking/enqueue.py)
+    if waits_for is not None:
+        meta["waits_for"] = waits_for
+        log.info(
+            "%s[%s] parked (limit): listed limit %r is full; back at the head of %r, %d parked",
+            task.name,
+            task_id,
+            waits_for,
+            name,
+            count,
+        )
+    elif where == "retry":  # a run's own retry, ahead of the park (parking/enqueue.py)
         meta["eligible_in"], wait = wait, 0.0
         log.info(
             "%s[%s] parked (retry): runs again in %.3f s, before the %d other task(s) "
@@ -186,6 +199,7 @@ def announce_parked(
         kind=task._redislock_kind,
         where=where,
         parked=count,
+        waits_for=waits_for,
     )
     if wait > 0:
         signals.lock_rate_limited.send(

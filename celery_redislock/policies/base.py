@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NoReturn
 
@@ -16,7 +16,7 @@ from ..core.owners import new_owner
 from ..core.park import Parking, Verdict
 from ..core.rate import NO_RATE, RateTerms
 
-__all__ = ["Context", "Phase", "Policy", "announce_contended", "fail", "take"]
+__all__ = ["Context", "Phase", "Policy", "announce_contended", "fail", "give_back", "take"]
 
 log = logging.getLogger("celery_redislock")
 
@@ -147,6 +147,9 @@ class Policy:
     #: Whether its calls coalesce per key at enqueue (``lock_throttle``'s
     #: window without trailing run is decided there).
     coalesces: ClassVar[bool] = False
+    #: Whether an eager run of it (no broker to come back through) waits up
+    #: to ``wait_timeout`` for its slot, and for its listed limits too.
+    waits_when_eager: ClassVar[bool] = False
 
     def check_options(self, task: Any) -> None:
         """At decoration, for every guarded task class (``task``), whatever its
@@ -171,6 +174,14 @@ class Policy:
     def contended(self, ctx: Context) -> NoReturn:
         """Run phase, after :meth:`acquire` returned False: end the run visibly (raise)."""
         raise NotImplementedError
+
+    def refused_by_listed(self, ctx: Context) -> None:
+        """Run phase: the run holds its own lease, and its listed limit
+        ``ctx.refused_by`` refused it (it holds none of them).  By default the
+        own lease is given back (no signal: the run never had them all) and
+        :meth:`contended` follows; a policy may instead end the run here by
+        raising (``park``: back to its park, to wait for the limit)."""
+        give_back([ctx.need_lease_set()])
 
     def publish(self, ctx: Context) -> Any:
         """Enqueue phase: publish the message (``ctx.send`` does it) and return
@@ -228,10 +239,23 @@ def take(ctx: Context, blocking: bool) -> bool:
         time.sleep(pause)
 
 
+def give_back(held: Sequence[LeaseSet]) -> None:
+    """Release leases a refused run took (no signal: it never had them all);
+    never raises: one it cannot give back (lost, Redis unreachable) frees
+    within its ttl, since the heartbeat dropped it."""
+    for lease_set in held:
+        try:
+            lease_set.release()
+        except Exception as exc:
+            log.warning(
+                "could not give back %r (%r); it expires within its ttl", lease_set.name, exc
+            )
+
+
 def fail(ctx: Context, policy: str, message: str) -> NoReturn:
     """End the run with :class:`LockContended` (state ``FAILURE``) and a warning."""
     log.warning("%s[%s] failed: %s", ctx.task.name, ctx.task_id, message)
-    raise LockContended(message, ctx.name, policy)
+    raise LockContended(message, ctx.refused_by or ctx.name, policy)
 
 
 def announce_contended(ctx: Context, policy: str) -> None:

@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from ..parking.arrival import claim_or_arrive
+from ..parking.arrival import back_to_wait_for_a_limit, claim_or_arrive, note_waiting
 from ..parking.enqueue import NO_CHANGES, park_or_publish
 from ..parking.promotion import after_release, releaser
 from .base import Context, Policy, fail, take
@@ -31,6 +31,7 @@ class Park(Policy):
     """
 
     name = "park"
+    waits_when_eager = True
 
     def acquire(self, ctx: Context) -> bool:
         if ctx.request.is_eager:
@@ -40,6 +41,23 @@ class Park(Policy):
         # Holds the lease, or raises Ignore (parked, or a stale copy).
         claim_or_arrive(task, request, args, kwargs, lease_set, self.park_settings(task))
         return True
+
+    def refused_by_listed(self, ctx: Context) -> None:
+        """Back to the head of its park, holding nothing, until the listed
+        limit has room: parked again with the name's parked work held, the
+        own slot given back, the name noted in the limit's blocked set
+        (:mod:`celery_redislock.parking.arrival`, in that order: no wake-up
+        is lost).  Eager runs have no park and fail as a contended eager
+        run does."""
+        if ctx.request.is_eager:
+            super().refused_by_listed(ctx)
+            return
+        task, request, lease_set = ctx.task, ctx.request, ctx.need_lease_set()
+        pending = back_to_wait_for_a_limit(ctx)
+        task._redislock_release(request, lease_set, "paused")  # through the park's release
+        if ctx.rate_wait is None and ctx.refused_by is not None:  # full, not over its rate
+            note_waiting(task, request.id, lease_set, ctx.refused_by)
+        raise pending
 
     def contended(self, ctx: Context) -> NoReturn:
         fail(

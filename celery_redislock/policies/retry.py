@@ -33,6 +33,7 @@ class Retry(Policy):
     """
 
     name = "retry"
+    waits_when_eager = True
 
     def acquire(self, ctx: Context) -> bool:
         return take(ctx, blocking=ctx.request.is_eager)
@@ -58,12 +59,10 @@ def requeue(ctx: Context, countdown: float, count: bool) -> NoReturn:
     if count:
         done += 1
         if task.lock_retry_max is not None and done > task.lock_retry_max:
-            message = (
-                f"{ctx.kind} {ctx.name!r} still held after "
-                f"{task.lock_retry_max} requeues (policy retry)"
-            )
+            what = ctx.refusal if ctx.refused_by else f"{ctx.kind} {ctx.name!r} still held"
+            message = f"{what} after {task.lock_retry_max} requeues (policy retry)"
             log.warning("%s[%s] failed: %s", task.name, request.id, message)
-            raise LockContended(message, ctx.name, "retry")
+            raise LockContended(message, ctx.refused_by or ctx.name, "retry")
     headers[HEADER_REQUEUES] = done
     requeued = int(header(request, HEADER_RETRIES_FROM_REQUEUES) or 0) + 1
     headers[HEADER_RETRIES_FROM_REQUEUES] = requeued

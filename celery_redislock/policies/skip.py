@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from celery.exceptions import Ignore
 
@@ -31,7 +31,9 @@ class Skip(Policy):
     def contended(self, ctx: Context) -> NoReturn:
         task = ctx.task
         log.warning("%s[%s] skipped: %s (policy skip)", task.name, ctx.task_id, ctx.refusal)
-        meta = {"lock": ctx.name, "kind": ctx.kind, "policy": "skip"}
+        meta: dict[str, Any] = {"lock": ctx.name, "kind": ctx.kind, "policy": "skip"}
+        if ctx.refused_by is not None:
+            meta["refused_by"] = ctx.refused_by
         task.update_state(task_id=ctx.task_id, state=SKIPPED, meta=meta)
         # Ignore ends the run without a terminal event: monitors would show
         # it STARTED for ever.  task-skipped makes it SKIPPED there too.

@@ -31,6 +31,7 @@ from ..enqueue import options
 from ..enqueue.listed_limits import Need, check_policy_with_limits
 from ..parking.states import StillPending
 from ..policies import POLICIES, Context, announce_contended, check_policy, requeue
+from ..policies.base import Policy, give_back
 from . import listed_leases
 from .release import lost_signal
 
@@ -82,7 +83,10 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
         started = time.monotonic()
         acquired = policy.acquire(ctx)
         if acquired and needs:
-            acquired = _take_listed(ctx, needs, on_lost)
+            listed_lost = lost_signal(task, request.id, kind="semaphore")
+            acquired = _take_listed(ctx, needs, listed_lost)
+            if not acquired and request.is_eager and policy.waits_when_eager:
+                acquired = _wait_for_listed(ctx, policy, needs, listed_lost, started)
     except (RedisError, RedisClusterException) as exc:
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
         raise
@@ -98,6 +102,14 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
                 waited=waited,
             )
         return lease_set
+    if ctx.refused_by is not None:  # its own lease is held: no earlier delivery has it
+        announce_contended(ctx, policy.name)
+        try:
+            policy.refused_by_listed(ctx)
+        except (RedisError, RedisClusterException) as exc:
+            log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
+            raise
+        policy.contended(ctx)
     defer_to_earlier_delivery(ctx, contended=True)
     announce_contended(ctx, policy.name)
     policy.contended(ctx)
@@ -105,15 +117,45 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
 
 def _take_listed(ctx: Context, needs: list[Need], on_lost: Any) -> bool:
     """With the own lease held: take every listed limit too (the run's
-    ``redislock_listed``), or give the own lease back and say which refused
-    (``ctx.refused_by``, ``ctx.rate_wait``)."""
-    held, refusal = listed_leases.take_all(ctx, needs, on_lost)
+    ``redislock_listed``), or say which refused (``ctx.refused_by``,
+    ``ctx.rate_wait``; the own lease is still held: the policy's
+    ``refused_by_listed`` gives it back)."""
+    try:
+        held, refusal = listed_leases.take_all(ctx, needs, on_lost)
+    except BaseException:  # a Redis error midway: the run ends holding nothing
+        give_back([ctx.need_lease_set()])
+        raise
     if refusal is None:
         ctx.request.redislock_listed = held
         return True
-    listed_leases.give_back([ctx.need_lease_set()])  # never ran with it: no lock_released
     ctx.refused_by, ctx.rate_wait = refusal.name, refusal.rate_wait
     return False
+
+
+def _wait_for_listed(
+    ctx: Context, policy: Policy, needs: list[Need], on_lost: Any, started: float
+) -> bool:
+    """An eager run of a policy that waits when eager (no broker to come back
+    through), refused by a listed limit: give everything back, wait a little,
+    take the own slot and the listed limits again, until ``wait_timeout``.
+    False: refused still, own lease held and ``ctx.refused_by`` set, or (its
+    own slot refused) nothing held and ``ctx.refused_by`` None."""
+    deadline = None if ctx.wait_timeout is None else started + ctx.wait_timeout
+    while True:
+        pause = ctx.rate_wait if ctx.rate_wait is not None else EAGER_POLL
+        if deadline is not None and time.monotonic() + pause > deadline:
+            return False
+        give_back([ctx.need_lease_set()])
+        time.sleep(pause)
+        ctx.refused_by = ctx.rate_wait = None
+        if not policy.acquire(ctx):
+            return False
+        if _take_listed(ctx, needs, on_lost):
+            return True
+
+
+#: how often an eager run waiting for a full listed limit looks again (seconds)
+EAGER_POLL = 0.05
 
 
 def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:

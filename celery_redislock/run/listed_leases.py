@@ -29,7 +29,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from .. import signals
 from ..core.leaseset import LeaseSet
@@ -37,11 +37,11 @@ from ..core.owners import execution_prefix
 from ..core.rate import NO_RATE
 from ..core.semaphore import FairSemaphore
 from ..enqueue.listed_limits import Need
-from ..policies.base import Context, take
+from ..parking.promotion import wake_waiting_for
+from ..policies.base import Context, give_back, take
 from ..settings import client_for
 
 __all__ = [
-    "give_back",
     "lease_set_of",
     "needs_of",
     "release_of_dead_child",
@@ -143,19 +143,6 @@ def take_all(
     return held, None
 
 
-def give_back(held: Sequence[LeaseSet]) -> None:
-    """Release leases a refused run took (no signal: it never had them all);
-    never raises: one it cannot give back (lost, Redis unreachable) frees
-    within its ttl, since the heartbeat dropped it."""
-    for lease_set in held:
-        try:
-            lease_set.release()
-        except Exception as exc:
-            log.warning(
-                "could not give back %r (%r); it expires within its ttl", lease_set.name, exc
-            )
-
-
 def release_of_dead_child(
     task: Any, task_id: str, pid: int, args: Any, kwargs: Any, reason: str
 ) -> int:
@@ -192,7 +179,9 @@ def release_of_dead_child(
                     reason=reason,
                     held=held,
                 )
-        except RedisError as exc:
+            if owners:
+                wake_waiting_for(task.app, name)
+        except (RedisError, RedisClusterException) as exc:
             log.error(
                 "%s[%s]: could not release %r of its dead process %d (%r); it expires "
                 "within its ttl",

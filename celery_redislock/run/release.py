@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from .. import signals
 from ..core.errors import LockLost, NotOwned
@@ -22,6 +22,7 @@ from ..core.leaseset import LeaseSet
 from ..core.owners import execution_prefix
 from ..enqueue import dedupe
 from ..enqueue.options import HEADER_POLICY
+from ..parking.promotion import wake_waiting_for
 from ..policies import POLICIES, Context, check_policy
 from . import listed_leases
 
@@ -30,8 +31,10 @@ __all__ = ["lost_signal", "release_after_run", "release_dead_child", "release_ru
 log = logging.getLogger("celery_redislock")
 
 
-def lost_signal(task: Any, task_id: str) -> Callable[[Any], None]:
-    """An ``on_lost`` callback sending ``lock_lost`` for this run (heartbeat thread)."""
+def lost_signal(task: Any, task_id: str, kind: str | None = None) -> Callable[[Any], None]:
+    """An ``on_lost`` callback sending ``lock_lost`` for this run (heartbeat
+    thread); ``kind``: the task's kind by default, ``"semaphore"`` for a
+    listed limit's lease."""
 
     def on_lost(lease: Any) -> None:
         signals.lock_lost.send(
@@ -39,7 +42,7 @@ def lost_signal(task: Any, task_id: str) -> Callable[[Any], None]:
             task_id=task_id,
             name=lease.name,
             token=lease.token,
-            kind=task._redislock_kind,
+            kind=kind or task._redislock_kind,
             reason=lease.lost_reason,
         )
 
@@ -109,12 +112,26 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     (nothing if released already), through the run's policy: its own release
     call if it has one (``park`` promotes in the same script), else a plain
     release followed by ``after_release``.  The name's limit is taken now, so
-    a raised (callable) limit fills the new slots.  Then the leases of the
-    run's listed limits (``limits=``), each with its own ``lock_released``."""
-    if lease_set.token is not None:  # else released already (by retry())
-        _release_own(task, request, lease_set, reason)
-    for held in getattr(request, "redislock_listed", None) or ():
-        release_run(task, request.id, held, reason, kind="semaphore")
+    a raised (callable) limit fills the new slots.  First the leases of the
+    run's listed limits (``limits=``), each with its own ``lock_released``
+    (the reverse of the order they were taken in: a run of the same key
+    that takes the freed own slot finds them free too)."""
+    try:
+        for held in getattr(request, "redislock_listed", None) or ():
+            if held.token is not None:
+                release_run(task, request.id, held, reason, kind="semaphore")
+                _wake(task, held.name)
+    finally:
+        if lease_set.token is not None:  # else released already (by retry())
+            _release_own(task, request, lease_set, reason)
+
+
+def _wake(task: Any, limit: str) -> None:
+    """A listed limit's slot came back: wake a name whose parked head waits for it."""
+    try:
+        wake_waiting_for(task.app, limit)
+    except (RedisError, RedisClusterException) as exc:  # its hold ends by itself
+        log.warning("%s: could not wake the names waiting for %r (%r)", task.name, limit, exc)
 
 
 def _release_own(task: Any, request: Any, lease_set: LeaseSet, reason: str) -> None:
@@ -152,8 +169,9 @@ def release_dead_child(
     """Release what the execution of ``task_id`` in process ``pid`` held.
 
     Returns the number of slots (or queue places) released, its listed
-    limits' included.
+    limits' included (those first: a failure on the own name cannot keep them).
     """
+    released = listed_leases.release_of_dead_child(task, task_id, pid, args, kwargs, reason)
     name = task.redislock_name(args, kwargs)
     prefix = execution_prefix(task_id, pid)
     # Reading holders does not depend on the limit; releasing does.
@@ -186,7 +204,6 @@ def release_dead_child(
         )
     if headers.get(dedupe.HEADER):
         dedupe.clear_for(task, task_id, args, kwargs)
-    released = listed_leases.release_of_dead_child(task, task_id, pid, args, kwargs, reason)
     if owners:
         policy = headers.get(HEADER_POLICY) or task.lock_policy
         ctx = Context(

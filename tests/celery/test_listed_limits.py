@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -53,7 +54,7 @@ def holders(client: redis.Redis, prefix: str, name: str) -> list[Any]:
         ({"limits": [Limit("s", lambda plan: 2)]}, ValueError, "'plan' is not a parameter"),
         ({"limits": [Limit("s", 2), Limit("s", 3)]}, ValueError, "names 's' twice"),
         ({"limits": [Limit("a:{account_id}", 2)]}, ValueError, "the task's own key"),
-        ({"limits": [Limit("s", 2)], "lock_policy": "park"}, TypeError, "does not combine"),
+        ({"limits": [Limit("s", 2)], "lock_policy": "keep_latest"}, TypeError, "not combine"),
         ({"limits": [Limit("s", 2)], "lock_policy": "wait"}, TypeError, "does not combine"),
     ],
 )
@@ -94,18 +95,19 @@ def test_a_bad_limit_fails_when_it_is_made(
         Limit(**{"key": "s", "limit": 2, **arguments})
 
 
-def test_semaphore_task_default_policy_park_is_refused_with_limits(app: Celery) -> None:
-    with pytest.raises(TypeError, match="lock_policy='park' does not combine with limits"):
+def test_semaphore_task_takes_limits_with_its_default_policy_park(app: Celery) -> None:
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=SemaphoreTask,
+        semaphore_key="a:{account_id}",
+        semaphore_limit=2,
+        limits=[Limit("s", 2)],
+    )
+    def sync(account_id: int) -> None: ...
 
-        @app.task(
-            name=unique_name(),
-            shared=False,
-            base=SemaphoreTask,
-            semaphore_key="a:{account_id}",
-            semaphore_limit=2,
-            limits=[Limit("s", 2)],
-        )
-        def sync(account_id: int) -> None: ...
+    assert sync.lock_policy == "park"
+    assert [listed.keys.build((1,), {}) for listed in type(sync)._redislock_listed] == ["s"]
 
 
 def test_a_per_call_waiting_policy_is_refused_at_apply_async(app: Celery) -> None:
@@ -118,8 +120,8 @@ def test_a_per_call_waiting_policy_is_refused_at_apply_async(app: Celery) -> Non
     )
     def report(account_id: int) -> None: ...
 
-    with pytest.raises(TypeError, match="lock_policy='park' does not combine with limits"):
-        report.apply_async((1,), lock_policy="park")
+    with pytest.raises(TypeError, match="lock_policy='wait' does not combine with limits"):
+        report.apply_async((1,), lock_policy="wait")
 
 
 # -- one run, all or none (in process, real Redis) --------------------------------
@@ -212,6 +214,85 @@ def test_a_listed_name_equal_to_the_own_key_fails_the_run_without_its_body(app: 
     assert ran == []
 
 
+def test_a_redis_error_midway_leaves_nothing_held(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    """The second listed limit's key holds a value of the wrong type: the
+    run fails closed, and gives back its own slot and the first limit's."""
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="raise",
+        limits=[Limit("a-first", 1), Limit("b-second", 1)],
+    )
+    def report(account_id: int) -> None: ...
+
+    redis_client.set(f"{prefix}:{{b-second}}:holders", "not a zset")
+    result = report.apply((1,))
+    assert isinstance(result.result, redis.ResponseError), result.result
+    for name in ("r:1", "a-first"):
+        assert holders(redis_client, prefix, name) == [], name
+
+
+def test_an_eager_run_waits_for_a_full_listed_limit(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    """``apply()`` under ``retry`` (which waits when eager, having no broker
+    to come back through): the run waits, holding nothing, until the listed
+    limit has room, then runs once."""
+    ran: list[int] = []
+    other = FairSemaphore(redis_client, "s", 1, prefix=prefix)
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="retry",
+        lock_wait_timeout=60,
+        limits=[Limit("s", 1)],
+    )
+    def report(self: Any, account_id: int) -> None:
+        ran.append(account_id)
+
+    assert other.acquire(blocking=False)
+    seen_waiting = threading.Event()
+
+    def release_when_waiting() -> None:
+        # the run waits holding nothing: its own key is free meanwhile
+        wait_for(lambda: redis_client.exists(f"{prefix}:{{r:1}}:fence"), 30, message="tried")
+        wait_for(lambda: not holders(redis_client, prefix, "r:1"), 30, message="own given back")
+        seen_waiting.set()
+        other.release()
+
+    helper = threading.Thread(target=release_when_waiting)
+    helper.start()
+    result = report.apply((1,))
+    helper.join(30)
+    assert seen_waiting.is_set()
+    assert result.successful(), result.traceback
+    assert ran == [1]
+
+
+def test_a_plain_call_has_no_listed_leases(app: Celery) -> None:
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        limits=[Limit("s", 1)],
+    )
+    def report(self: Any, account_id: int) -> Any:
+        return self.request.redislock, self.request.redislock_listed
+
+    assert report(1) == (None, [])
+
+
 # -- real workers -----------------------------------------------------------------
 
 
@@ -236,8 +317,9 @@ def start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield start
 
 
-def events(app: Celery) -> list[dict[str, Any]]:
-    return app.recorder.events("charge", "all")  # type: ignore[attr-defined,no-any-return]
+def events(app: Celery, task: str = "charge") -> list[dict[str, Any]]:
+    """The start and end events of ``listed.<task>``'s bodies."""
+    return app.recorder.events(task, "all")  # type: ignore[attr-defined,no-any-return]
 
 
 def most_at_once(history: list[dict[str, Any]], account: str | None = None) -> int:
@@ -371,3 +453,131 @@ def test_a_whole_worker_killed_while_holding_gives_back_its_listed_slot_before_t
     )
     seconds, micros = redis_client.time()
     assert seconds + micros / 1e6 < expires_at, "given back before the lease's ttl"
+
+
+# -- park: waiting in Redis for a listed limit --------------------------------------
+
+
+def parked_waiting_for(app: Celery, task_id: str) -> bool:
+    return any(
+        s["signal"] == "redislock_parked"
+        and s.get("task_id") == task_id
+        and s.get("where") == "limit"
+        and s.get("waits_for") == SHARED
+        for s in app.recorder.signals()  # type: ignore[attr-defined]
+    )
+
+
+def blocked(client: redis.Redis, prefix: str) -> list[str]:
+    return [m.decode() for m in client.zrange(f"{prefix}:{{{SHARED}}}:blocked", 0, -1)]
+
+
+def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Per-account cap 2 and shared cap 3 under ``park``, on two prefork
+    workers: the run the shared cap refuses goes back to its park (PARKED,
+    naming the limit), holding nothing, and the release of a shared slot
+    wakes it (the fallback retry is 120 s here: only a wake-up can start it
+    in time); then a skewed backlog never exceeds either cap, and light
+    accounts run beside the heavy one."""
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_sweep": "0.5",
+        "listed_retry": "120",
+    }
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+
+    gated = [("heavy", 0), ("heavy", 1), ("light", 0), ("light", 1)]
+    results = {}
+    for call in gated:  # one after the other: the fourth is the one refused
+        results[call] = task.delay(*call, gate=True)
+        if len(results) < len(gated):
+            wait_for(
+                lambda: (
+                    sum(e["what"] == "start" for e in events(app, "charge_park")) == len(results)
+                ),
+                60,
+                message=f"{len(results)} runs",
+            )
+    wait_for(
+        lambda: parked_waiting_for(app, results[("light", 1)].id), 60, message="parked, waiting"
+    )
+    assert results[("light", 1)].state == "PARKED"
+    assert results[("light", 1)].info["waits_for"] == SHARED
+    assert blocked(redis_client, prefix) == ["acct:light"]
+    assert len(holders(redis_client, prefix, SHARED)) == 3
+    assert len(holders(redis_client, prefix, "acct:light")) == 1  # its own slot given back
+    open_gate(redis_client, prefix, "heavy", 0)
+    wait_for(
+        lambda: any(e["n"] == 1 and e["account"] == "light" for e in events(app, "charge_park")),
+        60,
+        message="the waiting run woken by the release",
+    )
+    assert blocked(redis_client, prefix) == []
+    for call in gated:
+        open_gate(redis_client, prefix, *call)
+    for result in results.values():
+        assert result.get(timeout=60) in (0, 1)
+
+    calls = [("heavy", n) for n in range(2, 14)] + [(a, n) for a in ("l1", "l2") for n in range(3)]
+    for result in [task.delay(*call, duration=0.2) for call in calls]:
+        result.get(timeout=180)
+    history = events(app, "charge_park")
+    starts = [e for e in history if e["what"] == "start"]
+    assert len(starts) == len(gated) + len(calls)  # each ran once
+    assert len({(e["account"], e["n"]) for e in starts}) == len(starts)
+    assert most_at_once(history) <= 3
+    for account in ("heavy", "light", "l1", "l2"):
+        assert most_at_once(history, account) <= 2, account
+    last_heavy = max(e["t"] for e in starts if e["account"] == "heavy")
+    for light in ("l1", "l2"):
+        assert min(e["t"] for e in starts if e["account"] == light) < last_heavy, light
+    assert holders(redis_client, prefix, SHARED) == []
+
+
+@pytest.mark.parametrize("point", ["listed_parked", "listed_released", "listed_noted"])
+def test_a_child_killed_while_its_run_goes_back_to_wait_for_a_limit(
+    start: Any, redis_url: str, redis_client: redis.Redis, point: str
+) -> None:
+    """The child dies at each step of going back to the park for a full
+    listed limit: the task is neither lost nor run twice, and the limit is
+    never exceeded (it runs once the hold ends, 2 s here, or a release
+    wakes it)."""
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_sweep": "0.5",
+        "listed_retry": "2",
+    }
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    holder = task.delay("a", 0, gate=True)
+    wait_for(lambda: events(app, "charge_park"), 60, message="the holder started")
+    redis_client.set(f"{prefix}:fault:{point}", 1)
+    waiting = task.delay("b", 0, duration=0.1)
+    wait_for(lambda: not redis_client.exists(f"{prefix}:fault:{point}"), 60, message="the kill")
+    open_gate(redis_client, prefix, "a", 0)
+    assert holder.get(timeout=60) == 0
+    assert waiting.get(timeout=60) == 0
+    history = events(app, "charge_park")
+    assert [e["account"] for e in history if e["what"] == "start"] == ["a", "b"]
+    assert most_at_once(history) == 1
+    wait_for(
+        lambda: (
+            not holders(redis_client, prefix, "acct:b")
+            and not holders(redis_client, prefix, SHARED)
+        ),
+        30,
+        message="nothing held",
+    )

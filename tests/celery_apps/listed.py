@@ -2,10 +2,20 @@
 
 ``listed.charge(account_id, n)`` holds a slot of ``acct:<account_id>``
 (``semaphore_limit=2``) and of the listed limit ``shared`` (3, or the
-integer at ``<prefix>:shared-limit``), under the ``retry`` policy.  Its body
-records ``start`` (with the listed names its run holds) and ``end`` events
-into ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
+integer at ``<prefix>:shared-limit``), under the ``retry`` policy;
+``listed.charge_park`` the same under ``park``.  Its body records ``start``
+(with the listed names its run holds) and ``end`` events into
+``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
 ``<prefix>:gate:<account_id>:<n>``.
+
+Config ``listed_retry`` sets ``parking.arrival.LISTED_RETRY`` (how long a
+parked head sent back by a full listed limit waits when nothing wakes it),
+so a test tells a wake-up from that fallback.  Fault points (the first
+process to pass one deletes ``<prefix>:fault:<point>`` and SIGKILLs
+itself): ``listed_parked`` (back at the head of its park, its own slot not
+given back yet), ``listed_released`` (own slot given back, the name not
+noted in the limit's blocked set), ``listed_noted`` (noted, the limit not
+looked at again).
 
 Run as ``celery -A tests.celery_apps.listed worker`` with the basic app's
 ``REDISLOCK_TEST_*`` environment (see :mod:`tests.celery_apps.basic`).
@@ -14,12 +24,15 @@ Run as ``celery -A tests.celery_apps.listed worker`` with the basic app's
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
 from celery import Celery
 
 from celery_redislock import Limit, SemaphoreTask
+from celery_redislock.parking import arrival
+from celery_redislock.policies import park
 
 from . import write_pid_when_ready
 from .basic import ENV_PREFIX, config_from_env, create_app
@@ -51,22 +64,57 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         rec.event(self, "all", "end", account=account_id, n=n)
         return n
 
+    common: dict[str, Any] = {
+        "shared": False,
+        "bind": True,
+        "base": SemaphoreTask,
+        "semaphore_key": "acct:{account_id}",
+        "semaphore_limit": 2,
+        "limits": [Limit(SHARED, shared_limit)],
+    }
+    app.task(name="listed.charge_park", **common)(charge)
     app.task(
         name="listed.charge",
-        shared=False,
-        bind=True,
-        base=SemaphoreTask,
-        semaphore_key="acct:{account_id}",
-        semaphore_limit=2,
         lock_policy="retry",
         lock_retry_countdown=0.05,
         lock_retry_jitter=0.2,
         lock_retry_max=None,
-        limits=[Limit(SHARED, shared_limit)],
+        **common,
     )(charge)
     return app
 
 
+def _install_faults(prefix: str, rec: Any) -> None:
+    def kill_at(point: str) -> None:
+        if rec.client.delete(f"{prefix}:fault:{point}"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    back_to_the_head = arrival.back_to_the_head
+    note_waiting = park.note_waiting
+    block = arrival.LIMIT_BLOCK
+
+    def parked(*args: Any, **kwargs: Any) -> Any:
+        pending = back_to_the_head(*args, **kwargs)
+        kill_at("listed_parked")
+        return pending
+
+    def released(*args: Any) -> None:  # called once the own slot was given back
+        kill_at("listed_released")
+        note_waiting(*args)
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        reply = block(*args, **kwargs)
+        kill_at("listed_noted")
+        return reply
+
+    arrival.back_to_the_head = parked  # type: ignore[assignment]
+    park.note_waiting = released  # type: ignore[assignment]
+    arrival.LIMIT_BLOCK = noted  # type: ignore[assignment]
+
+
 if os.environ.get(ENV_PREFIX + "PREFIX"):
     app = create_listed_app(config_from_env())
+    if os.environ.get(ENV_PREFIX + "LISTED_RETRY"):
+        arrival.LISTED_RETRY = float(os.environ[ENV_PREFIX + "LISTED_RETRY"])
+    _install_faults(app.conf.redislock_prefix, app.recorder)  # type: ignore[attr-defined]
     write_pid_when_ready(ENV_PREFIX + "READY_FILE")

@@ -1,6 +1,7 @@
 -- park_head.lua: a running task puts itself back ahead of all parked work of
--- its name (redislock_pause, a retry of a park task), whatever the slots and
--- bounds (it was admitted once), and pauses the name (a pause only lengthens).
+-- its name (redislock_pause, a retry of a park task, a run refused by a
+-- listed limit), whatever the slots and bounds (it was admitted once), and
+-- pauses the name (a pause only lengthens) or holds its parked work.
 -- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] task_id
@@ -11,10 +12,14 @@
 -- ARGV[7] interval_us  the task's rate: microseconds per unit (0: no rate)
 -- ARGV[8] burst        units that may start back to back
 -- ARGV[9] cost         units this start takes
--- ARGV[10] pause_ms    pause the name this long
+-- ARGV[10] pause_ms    pause the name this long (0: no pause)
 -- ARGV[11] token       the promotion token the run was claimed with ("":
 --                      none); it becomes stale, so a copy of the run's
 --                      message (redelivered after a crash) never runs
+-- ARGV[12] hold_ms     hold the name's parked work this long (PMETA hold, as
+--                      a debounce does; a hold only lengthens): nothing of it
+--                      is promoted before, unless park_unhold.lua lifts the
+--                      hold (the wake-up of a listed limit that has room)
 -- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
 -- {"dup", where, due}.
 
@@ -22,6 +27,7 @@
 --- @include "includes/known_where"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
+--- @include "includes/now"
 --- @include "includes/park"
 --- @include "includes/park_keys"
 --- @include "includes/purge_expired_holders"
@@ -37,7 +43,15 @@ reclaim_overdue()
 local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]),
   tonumber(ARGV[8]), tonumber(ARGV[9]))
 local n_parked = redis.call('ZCARD', PARK)
-local pause_ms = extend_pause(PAUSE, tonumber(ARGV[10]))
+local pause_ms = tonumber(ARGV[10])
+if pause_ms > 0 then pause_ms = extend_pause(PAUSE, pause_ms) end
+local hold_ms = tonumber(ARGV[12])
+if hold_ms > 0 then
+  local hold = NOW_MS + hold_ms
+  if hold > tonumber(redis.call('HGET', PMETA, 'hold') or '0') then
+    redis.call('HSET', PMETA, 'hold', hold)
+  end
+end
 if token ~= '' then
   redis.call('ZREM', TOKENS, 'c|' .. id .. '|' .. token)
   supersede(id, token)
