@@ -527,3 +527,49 @@ def test_keep_latest_and_debounce_on_the_cluster(
     debounced[-1].get(timeout=60)
     runs = [e for e in app.recorder.events("debounced", key) if e["what"] == "start"]
     assert [e["value"] for e in runs] == [3]
+
+
+def test_several_limits_under_park_on_a_cluster_with_a_real_worker(
+    cluster: LocalCluster,
+    client: Any,
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
+) -> None:
+    """A per-account key and a shared listed limit in other slots of the
+    cluster: the run the full shared limit refuses waits in its account's
+    park holding nothing, its key noted in the limit's blocked set (the
+    limit's slot), and the release of the shared slot wakes it (the fallback
+    retry is 120 s here, so only the wake-up starts it in time)."""
+    from celery_redislock import FairSemaphore
+    from tests.celery.test_listed_limits import most_at_once
+    from tests.celery_apps.listed import SHARED, create_listed_app
+
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    config = {
+        "redis": redis_url,
+        "lock_redis": cluster.url,
+        "prefix": prefix,
+        "park_sweep": "0.5",
+        "listed_retry": "120",
+    }
+    app = create_listed_app(config)
+    rec = app.recorder  # type: ignore[attr-defined]
+    rec.client.set(f"{prefix}:shared-limit", 1)
+    slots = {client.keyslot(f"{prefix}:{{{n}}}:holders") for n in (SHARED, "acct:a", "acct:b")}
+    assert len(slots) == 3
+    task = app.tasks["listed.charge_park"]
+    celery_worker_factory(config, module="tests.celery_apps.listed", pool="prefork", concurrency=3)
+    first = task.delay("a", 0, gate=True)
+    wait_for(lambda: rec.events("charge_park", "all"), 60, message="the first run")
+    second = task.delay("b", 0, duration=0.1)
+    blocked = f"{prefix}:{{{SHARED}}}:blocked"
+    wait_for(lambda: client.zrange(blocked, 0, -1) == [b"acct:b"], 60, message="b noted")
+    assert second.state == "PARKED" and second.info["waits_for"] == SHARED
+    assert FairSemaphore(client, "acct:b", 2, prefix=prefix).holders() == []
+    rec.client.set(f"{prefix}:gate:a:0", 1)
+    assert first.get(timeout=60) == 0
+    assert second.get(timeout=60) == 0
+    history = rec.events("charge_park", "all")
+    assert [e["account"] for e in history if e["what"] == "start"] == ["a", "b"]
+    assert most_at_once(history) == 1
+    assert client.zrange(blocked, 0, -1) == []
