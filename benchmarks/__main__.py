@@ -22,6 +22,7 @@ from . import (
     celery_bench,
     coalesce_bench,
     common,
+    limits_bench,
     locks,
     machine,
     market,
@@ -41,6 +42,7 @@ PARTS = (
     "celery",
     "backlog",
     "rate",
+    "limits",
     "metrics",
     "coalesce",
 )
@@ -89,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         if "rate" in args.only:
             rp = rate_bench.QUICK if args.quick else rate_bench.RateParams()
             results["rate"] = rate_bench.run(url, rp, log)
+        if "limits" in args.only:
+            lim = limits_bench.QUICK if args.quick else limits_bench.LimitsParams()
+            results["limits"] = limits_bench.run(url, lim, log)
         if "metrics" in args.only:
             mp = metrics_bench.QUICK if args.quick else metrics_bench.MetricsParams()
             results["metrics"] = metrics_bench.run(url, mp, log)

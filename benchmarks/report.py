@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from . import coalesce_bench, metrics_bench, park_bench, rate_bench, redis_cost
+from . import coalesce_bench, limits_bench, metrics_bench, park_bench, rate_bench, redis_cost
 from .celery_bench import CONTROL
 from .contenders import BOOK_WITH_LOCK, OURS, OURS_SEM
 
@@ -469,6 +469,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("celery", celery_section),
         ("backlog", park_bench.section),
         ("rate", rate_bench.section),
+        ("limits", limits_bench.section),
         ("metrics", metrics_bench.section),
         ("coalesce", coalesce_bench.section),
     ):

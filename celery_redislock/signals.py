@@ -17,7 +17,10 @@ exception in a receiver is logged, never raised into the task.
                    when the task's own key was)
 ``lock_released``  the lock/slot was given back.  kwargs: ``task_id``,
                    ``name``, ``token``, ``kind``, ``reason`` (``"finished"``,
-                   ``"retry"``, ``"paused"`` (``redislock_pause``), or for
+                   ``"retry"``, ``"paused"`` (``redislock_pause``),
+                   ``"limit"`` (a ``park`` run's own slot given back when a
+                   full listed limit sent it back to its park; no
+                   ``lock_acquired`` came before), or for
                    clean-up by the worker's main process
                    ``"worker lost"``, ``"terminated"``, ``"time limit"``),
                    ``held`` (whether Redis still had it)

@@ -12,6 +12,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:override  HASH  run-time overrides of the limit and rate (override.py)
     <prefix>:{<name>}:blocked   ZSET  names whose parked heads wait for this name as a
                                 listed limit (limit_block.lua, limit_wake.lua)
+    <prefix>:{<name>}:blocked:limits  HASH  the limit each of them asks of it
     <prefix>:{<name>}:enqueued:<task name>  STR  lock_dedupe marker of one task (dedupe_claim.lua)
     <prefix>:{<name>}:throttle:<task name>  STR  the window of lock_throttle without
                                 trailing, of one task (dedupe_claim.lua)
@@ -133,6 +134,11 @@ class LeaseKeys:
     def blocked(self) -> str:
         """The names whose parked heads wait for this name as a listed limit."""
         return f"{self.base}:blocked"
+
+    @cached_property
+    def blocked_limits(self) -> str:
+        """The limit each of :attr:`blocked` asks of this name."""
+        return f"{self.base}:blocked:limits"
 
     def dedupe_marker(self, task_name: str) -> str:
         """Per task name: two tasks whose keys give one name never share a marker."""

@@ -309,6 +309,7 @@ class Parking:
         rate: RateTerms,
         token: str = "",
         hold: float = 0.0,
+        waits_for: str = "",
     ) -> Outcome:
         """A running task puts itself back ahead of all parked work of the name
         and pauses the name for ``pause`` seconds (a pause only lengthens;
@@ -317,7 +318,8 @@ class Parking:
         copy of the run's message (redelivered after a crash) never runs: the
         park has the task.  ``hold``: instead of (or besides) a pause, nothing
         parked of the name is promoted for this many seconds, unless
-        :meth:`unhold` lifts it first (a run refused by a full listed limit)."""
+        :meth:`unhold` for ``waits_for`` lifts it first (a run refused by the
+        full listed limit ``waits_for``)."""
         reply = self._call(
             PARK_HEAD,
             [
@@ -330,6 +332,7 @@ class Parking:
                 _ms(pause) if pause > 0 else 0,
                 token,
                 _ms(hold) if hold > 0 else 0,
+                waits_for,
             ],
         )
         return Outcome.of(reply)
@@ -383,11 +386,13 @@ class Parking:
         )
         return _promotions(reply[1:])
 
-    def unhold(self, config: ParkConfig) -> list[Promotion]:
-        """Lift the hold :meth:`park_at_head` set and fill the free slots, as
+    def unhold(self, config: ParkConfig, limit: str) -> list[Promotion]:
+        """Lift the hold :meth:`park_at_head` set for the listed limit
+        ``limit`` (not one for another limit) and fill the free slots, as
         :meth:`promote` does for the sweeper (``park_unhold.lua``)."""
         reply = self._call(
-            PARK_UNHOLD, [0, _ms(config.deadline), PROMOTE_BATCH, "", config.max_publishes]
+            PARK_UNHOLD,
+            [0, _ms(config.deadline), PROMOTE_BATCH, "", config.max_publishes, limit],
         )
         return _promotions(reply[1:])
 

@@ -12,7 +12,6 @@ else it is parked by that same call and acked.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -49,9 +48,9 @@ from .states import (
 __all__ = [
     "LISTED_RETRY",
     "back_to_the_head",
-    "back_to_wait_for_a_limit",
     "claim_or_arrive",
     "note_waiting",
+    "wait_for_a_limit",
 ]
 
 log = logging.getLogger("celery_redislock")
@@ -153,17 +152,29 @@ def back_to_the_head(
     kwargs: Any,
     lease_set: LeaseSet,
     seconds: float,
-    hold: float = 0.0,
-    waits_for: str | None = None,
 ) -> StillPending:
     """A running park-policy task pauses its key for ``seconds`` and goes back to
     the head of the key's park (same task id, its message as it arrived); the
     caller raises the returned :class:`StillPending`, so the run ends, its
     slot is given back and nothing else of the key starts before the pause
-    ends.  State ``PARKED``; signals ``lock_parked`` and ``lock_rate_limited``.
-    With ``hold`` (a run refused by the full listed limit ``waits_for``)
-    the key's parked work is held that long instead, unless a release of
-    that limit wakes it first (:func:`back_to_wait_for_a_limit`)."""
+    ends.  State ``PARKED``; signals ``lock_parked`` and ``lock_rate_limited``."""
+    return _back_to_the_head(task, request, args, kwargs, lease_set, seconds)[0]
+
+
+def _back_to_the_head(
+    task: Any,
+    request: Any,
+    args: Sequence[Any],
+    kwargs: Any,
+    lease_set: LeaseSet,
+    seconds: float,
+    hold: float = 0.0,
+    waits_for: str | None = None,
+) -> tuple[StillPending, bool]:
+    """:func:`back_to_the_head`, or with ``hold`` (a run refused by the full
+    listed limit ``waits_for``) the key's parked work held that long instead
+    of a pause; and whether it parked the task (not: a copy of it is parked
+    or in flight already, and that copy runs)."""
     envelope = envelope_of_request(task, request, args, kwargs)
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
     token = header(request, HEADER_PARK_TOKEN)
@@ -177,24 +188,25 @@ def back_to_the_head(
         task.redislock_rate(args, kwargs),
         "" if token is None else str(token),
         hold,
+        waits_for or "",
     )
     if admission.verdict is Verdict.PARKED:
         where = "pause" if waits_for is None else "limit"
         announce_parked(
             task, request.id, lease_set.name, where, admission, parking=parking, waits_for=waits_for
         )
-    elif seconds > 0:  # a copy of this task is parked or in flight already: it runs
+        return StillPending(), True
+    if seconds > 0:  # a copy of this task is parked or in flight already: it runs
         RateLimiter(lease_set.client, lease_set.name, prefix=lease_set.keys.prefix).pause(seconds)
-    if admission.verdict is not Verdict.PARKED:
-        log.info(
-            "%s[%s] back to %r%s; a copy of it is already %s, and that copy runs",
-            task.name,
-            request.id,
-            lease_set.name,
-            " (paused)" if seconds > 0 else "",
-            admission.reason,
-        )
-    return StillPending()
+    log.info(
+        "%s[%s] back to %r%s; a copy of it is already %s, and that copy runs",
+        task.name,
+        request.id,
+        lease_set.name,
+        " (paused)" if seconds > 0 else "",
+        admission.reason,
+    )
+    return StillPending(), False
 
 
 #: how long a name whose parked head a full listed limit sent back holds its
@@ -206,31 +218,41 @@ LISTED_RETRY = 5.0
 BLOCKED_MEMORY_MS = 3_600_000
 
 
-def back_to_wait_for_a_limit(ctx: Context) -> StillPending:
+def wait_for_a_limit(ctx: Context) -> StillPending:
     """A park-policy run whose own slot is held and whose listed limit
-    ``ctx.refused_by`` refused it goes back to the head of its name's park,
-    with the name's parked work held (:data:`LISTED_RETRY`, or the listed
-    limit's rate wait when its rate refused it): nothing of the name is
-    promoted before, unless a release of the limit wakes it
-    (:func:`note_waiting`).  The caller then gives the own slot back (its
-    promotions wait for the hold), notes the name, and raises the returned
-    :class:`StillPending`.  Not parked (Redis unreachable): the own slot is
-    given back and the error raised."""
+    ``ctx.refused_by`` refused it waits in its park, holding nothing; the
+    caller raises the returned :class:`StillPending`.
+
+    In this order, so that no wake-up is lost: the run goes back to the head
+    of its name's park with the name's parked work held for that limit
+    (:data:`LISTED_RETRY`, or the limit's rate wait when its rate refused
+    it); its own slot is given back through the park's release (whose
+    promotions wait for the hold; ``lock_released`` with reason
+    ``"limit"``); then, if it was parked and the limit was full, the name is
+    noted in the limit's blocked set (:func:`note_waiting`).  A process that
+    dies between these steps leaves the task parked: the hold ends by
+    itself.  Not parked because Redis failed: the own slot is given back
+    the same way and the error raised."""
     task, request, lease_set = ctx.task, ctx.request, ctx.need_lease_set()
-    hold = LISTED_RETRY if ctx.rate_wait is None else max(ctx.rate_wait, 0.001)
+    limit = ctx.refused_by
+    assert limit is not None and ctx.refused_limit is not None
+    full = ctx.rate_wait is None
+    hold = LISTED_RETRY if full else max(ctx.rate_wait or 0.0, 0.001)
     try:
-        return back_to_the_head(
-            task, request, ctx.args, ctx.kwargs, lease_set, 0.0, hold=hold, waits_for=ctx.refused_by
+        pending, parked = _back_to_the_head(
+            task, request, ctx.args, ctx.kwargs, lease_set, 0.0, hold, limit
         )
-    except BaseException:
-        with contextlib.suppress(Exception):  # else it frees within its ttl
-            lease_set.release()
-        raise
+    finally:
+        task._redislock_release(request, lease_set, "limit")
+    if parked and full:
+        note_waiting(task, request.id, lease_set, limit, ctx.refused_limit)
+    return pending
 
 
-def note_waiting(task: Any, request_id: str, lease_set: LeaseSet, limit: str) -> None:
-    """After :func:`back_to_wait_for_a_limit` and the own slot given back:
-    note the name in the limit's blocked set (``limit_block.lua``), then look
+def note_waiting(task: Any, request_id: str, lease_set: LeaseSet, limit: str, asks: int) -> None:
+    """After :func:`wait_for_a_limit` parked the task and gave its own slot
+    back: note the name in the limit's blocked set with the limit its head
+    asks of it (``asks``; ``limit_block.lua``), then look
     at the limit once more (:func:`wake_waiting_for`), since a slot may have
     come back between the refusal and the note.  In this order no wake-up
     is lost: every release of the limit after the note wakes the oldest
@@ -239,7 +261,11 @@ def note_waiting(task: Any, request_id: str, lease_set: LeaseSet, limit: str) ->
     itself."""
     try:
         keys = lease_keys(lease_set.keys.prefix, limit)
-        LIMIT_BLOCK(lease_set.client, [keys.blocked], [lease_set.name, BLOCKED_MEMORY_MS])
+        LIMIT_BLOCK(
+            lease_set.client,
+            [keys.blocked, keys.blocked_limits],
+            [lease_set.name, asks, BLOCKED_MEMORY_MS],
+        )
         wake_waiting_for(task.app, limit)
     except (RedisError, RedisClusterException) as exc:
         log.warning(

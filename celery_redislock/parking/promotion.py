@@ -264,18 +264,19 @@ def wake_waiting_for(app: Any, limit: str) -> bool:
     """After a slot of ``limit`` came back (or might have): wake the oldest
     name whose parked head waits for it as a listed limit
     (``limit_wake.lua`` takes it out of the limit's blocked set only while
-    the limit has a free slot; ``park_unhold.lua`` lifts the name's hold
-    and promotes).  A woken name that promotes nothing (its own slots full,
-    its park empty) does not use the slot up: the next one is woken.
-    Returns whether a task was published."""
+    its head would be admitted by its own limit; ``park_unhold.lua`` lifts
+    the name's hold for this limit and promotes).  A woken name that
+    promotes nothing (its own slots full, its park empty, a hold for another
+    limit) does not use the slot up: the next one is woken.  Returns
+    whether a task was published."""
     client, settings = client_for(app)
     keys = lease_keys(settings.prefix, limit)
     for _ in range(WAKE_TRIES):
-        names = LIMIT_WAKE(client, [*keys.lease_keys(), keys.blocked], [1])
+        names = LIMIT_WAKE(client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [])
         if not names:
             return False
         parking = Parking(client, settings.prefix, text(names[0]))
-        if _publish_all(app, parking, parking.unhold(settings.park), None):
+        if _publish_all(app, parking, parking.unhold(settings.park, limit), None):
             return True
     return False
 

@@ -74,6 +74,8 @@ class Context:
     rate_wait: float | None = None
     #: the listed limit (``limits=``) that refused this run, None when its own key did
     refused_by: str | None = None
+    #: the limit this run asked of it (as passed: an override of it applies)
+    refused_limit: int | None = None
 
     @property
     def kind(self) -> str:

@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from ..parking.arrival import back_to_wait_for_a_limit, claim_or_arrive, note_waiting
+from ..parking.arrival import claim_or_arrive, wait_for_a_limit
 from ..parking.enqueue import NO_CHANGES, park_or_publish
 from ..parking.promotion import after_release, releaser
 from .base import Context, Policy, fail, take
@@ -44,20 +44,13 @@ class Park(Policy):
 
     def refused_by_listed(self, ctx: Context) -> None:
         """Back to the head of its park, holding nothing, until the listed
-        limit has room: parked again with the name's parked work held, the
-        own slot given back, the name noted in the limit's blocked set
-        (:mod:`celery_redislock.parking.arrival`, in that order: no wake-up
-        is lost).  Eager runs have no park and fail as a contended eager
-        run does."""
+        limit has room (:func:`~celery_redislock.parking.arrival.wait_for_a_limit`).
+        Eager runs have no park: they waited already (``waits_when_eager``),
+        and end as a contended eager run does."""
         if ctx.request.is_eager:
             super().refused_by_listed(ctx)
             return
-        task, request, lease_set = ctx.task, ctx.request, ctx.need_lease_set()
-        pending = back_to_wait_for_a_limit(ctx)
-        task._redislock_release(request, lease_set, "paused")  # through the park's release
-        if ctx.rate_wait is None and ctx.refused_by is not None:  # full, not over its rate
-            note_waiting(task, request.id, lease_set, ctx.refused_by)
-        raise pending
+        raise wait_for_a_limit(ctx)
 
     def contended(self, ctx: Context) -> NoReturn:
         fail(

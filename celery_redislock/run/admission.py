@@ -128,7 +128,8 @@ def _take_listed(ctx: Context, needs: list[Need], on_lost: Any) -> bool:
     if refusal is None:
         ctx.request.redislock_listed = held
         return True
-    ctx.refused_by, ctx.rate_wait = refusal.name, refusal.rate_wait
+    ctx.refused_by, ctx.refused_limit = refusal.name, refusal.limit
+    ctx.rate_wait = refusal.rate_wait
     return False
 
 
@@ -140,18 +141,24 @@ def _wait_for_listed(
     take the own slot and the listed limits again, until ``wait_timeout``.
     False: refused still, own lease held and ``ctx.refused_by`` set, or (its
     own slot refused) nothing held and ``ctx.refused_by`` None."""
-    deadline = None if ctx.wait_timeout is None else started + ctx.wait_timeout
-    while True:
-        pause = ctx.rate_wait if ctx.rate_wait is not None else EAGER_POLL
-        if deadline is not None and time.monotonic() + pause > deadline:
-            return False
-        give_back([ctx.need_lease_set()])
-        time.sleep(pause)
-        ctx.refused_by = ctx.rate_wait = None
-        if not policy.acquire(ctx):
-            return False
-        if _take_listed(ctx, needs, on_lost):
-            return True
+    timeout = ctx.wait_timeout
+    deadline = None if timeout is None else started + timeout
+    try:
+        while True:
+            pause = ctx.rate_wait if ctx.rate_wait is not None else EAGER_POLL
+            if deadline is not None and time.monotonic() + pause > deadline:
+                return False
+            give_back([ctx.need_lease_set()])
+            time.sleep(pause)
+            ctx.refused_by = ctx.refused_limit = ctx.rate_wait = None
+            if deadline is not None:  # the own slot's wait counts against the same timeout
+                ctx.wait_timeout = max(deadline - time.monotonic(), 0.0)
+            if not policy.acquire(ctx):
+                return False
+            if _take_listed(ctx, needs, on_lost):
+                return True
+    finally:
+        ctx.wait_timeout = timeout
 
 
 #: how often an eager run waiting for a full listed limit looks again (seconds)

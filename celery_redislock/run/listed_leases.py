@@ -134,13 +134,24 @@ def take_all(
         try:
             taken = take(attempt, blocking=False)
         except BaseException:
-            give_back(held)
+            _give_back_and_wake(ctx.task, held)
             raise
         if not taken:
-            give_back(held)
+            _give_back_and_wake(ctx.task, held)
             return [], attempt
         held.append(lease_set)
     return held, None
+
+
+def _give_back_and_wake(task: Any, held: Sequence[LeaseSet]) -> None:
+    """Give back the listed leases a refused run took, and wake a name whose
+    parked head waits for each (a slot came back, as after any release)."""
+    give_back(held)
+    for lease_set in held:
+        try:
+            wake_waiting_for(task.app, lease_set.name)
+        except Exception as exc:  # its hold ends by itself
+            log.warning("could not wake the names waiting for %r (%r)", lease_set.name, exc)
 
 
 def release_of_dead_child(

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisError
 
 from .. import signals
 from ..core.errors import LockLost, NotOwned
@@ -114,8 +114,8 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     release followed by ``after_release``.  The name's limit is taken now, so
     a raised (callable) limit fills the new slots.  First the leases of the
     run's listed limits (``limits=``), each with its own ``lock_released``
-    (the reverse of the order they were taken in: a run of the same key
-    that takes the freed own slot finds them free too)."""
+    (before the own one: a run of the same key that takes the freed own
+    slot finds them free too)."""
     try:
         for held in getattr(request, "redislock_listed", None) or ():
             if held.token is not None:
@@ -130,7 +130,7 @@ def _wake(task: Any, limit: str) -> None:
     """A listed limit's slot came back: wake a name whose parked head waits for it."""
     try:
         wake_waiting_for(task.app, limit)
-    except (RedisError, RedisClusterException) as exc:  # its hold ends by itself
+    except Exception as exc:  # its hold ends by itself; the run's own outcome stands
         log.warning("%s: could not wake the names waiting for %r (%r)", task.name, limit, exc)
 
 

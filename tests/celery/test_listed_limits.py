@@ -581,3 +581,41 @@ def test_a_child_killed_while_its_run_goes_back_to_wait_for_a_limit(
         30,
         message="nothing held",
     )
+
+
+def test_a_head_waits_for_a_slot_its_own_limit_admits(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Two runs hold the shared limit at 3; the limit is lowered to 2 for new
+    calls: the next call's head waits (noted once, not woken while the
+    holders are as many as its own limit allows, so no promote-and-refuse
+    loop), and runs once one holder ends."""
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_sweep": "0.5",
+        "listed_retry": "120",
+    }
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    holding = [task.delay(account, 0, gate=True) for account in ("a", "b")]
+    wait_for(lambda: len(events(app, "charge_park")) == 2, 60, message="two holders")
+    redis_client.set(f"{prefix}:shared-limit", 2)
+    waiting = task.delay("c", 0, duration=0.1)
+    wait_for(lambda: parked_waiting_for(app, waiting.id), 60, message="c parked, waiting")
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:c"], 60, message="c noted")
+    open_gate(redis_client, prefix, "a", 0)
+    assert waiting.get(timeout=60) == 0
+    parked = [
+        s
+        for s in app.recorder.signals()  # type: ignore[attr-defined]
+        if s["signal"] == "redislock_parked" and s.get("task_id") == waiting.id
+    ]
+    assert len(parked) == 1, parked  # sent back once, woken once
+    open_gate(redis_client, prefix, "b", 0)
+    for result in holding:
+        assert result.get(timeout=60) == 0
+    assert most_at_once(events(app, "charge_park")) <= 2 + 1  # 2 old holders, then c beside b

@@ -32,7 +32,6 @@ from celery import Celery
 
 from celery_redislock import Limit, SemaphoreTask
 from celery_redislock.parking import arrival
-from celery_redislock.policies import park
 
 from . import write_pid_when_ready
 from .basic import ENV_PREFIX, config_from_env, create_app
@@ -89,8 +88,8 @@ def _install_faults(prefix: str, rec: Any) -> None:
         if rec.client.delete(f"{prefix}:fault:{point}"):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    back_to_the_head = arrival.back_to_the_head
-    note_waiting = park.note_waiting
+    back_to_the_head = arrival._back_to_the_head
+    note_waiting = arrival.note_waiting
     block = arrival.LIMIT_BLOCK
 
     def parked(*args: Any, **kwargs: Any) -> Any:
@@ -107,8 +106,8 @@ def _install_faults(prefix: str, rec: Any) -> None:
         kill_at("listed_noted")
         return reply
 
-    arrival.back_to_the_head = parked  # type: ignore[assignment]
-    park.note_waiting = released  # type: ignore[assignment]
+    arrival._back_to_the_head = parked  # type: ignore[assignment]
+    arrival.note_waiting = released  # type: ignore[assignment]
     arrival.LIMIT_BLOCK = noted  # type: ignore[assignment]
 
 

@@ -46,11 +46,12 @@ def declared(name: str) -> tuple[set[int] | None, set[int] | None]:
         # The park scripts leave the two indexes and the total out on a cluster;
         # "and KEYS[n] ... (optional": the lease set's index of held names.
         keys = {count, count - 3} if shared.group(2) == "includes/park_keys.lua" else {count}
-        extra = re.search(r"and KEYS\[(\d+)\] \w+( \(optional)?", header)
-        if extra and extra.group(2):
+        extras = re.findall(r"and KEYS\[(\d+)\] \w+( \(optional)?", header)
+        if any(optional for _, optional in extras):
             keys.add(count + 1)
-        elif extra:  # a key every call passes after the shared ones
-            keys = {int(extra.group(1))}
+        required = [int(n) for n, optional in extras if not optional]
+        if required:  # keys every call passes after the shared ones
+            keys = {max(required)}
     elif re.search(r"^-- KEYS: for lease i", header, re.MULTILINE):
         keys = None
     else:
@@ -155,12 +156,15 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     park.arrive("t4", Capacity.semaphore(1), "{}", 0, kept, "owner.4", 5, "{}", "task")
     assert park.try_hold(Capacity.semaphore(1), "owner.5", 5, "{}", NO_RATE).verdict.value == "full"
     assert park.park_at_head("t5", Capacity.semaphore(1), "{}", 0, 0.1, "task", NO_RATE).count
-    held_back = park.park_at_head("t6", Capacity.semaphore(1), "{}", 0, 0, "task", NO_RATE, hold=5)
+    held_back = park.park_at_head(
+        "t6", Capacity.semaphore(1), "{}", 0, 0, "task", NO_RATE, hold=5, waits_for=f"{name}-l"
+    )
     assert held_back.count and held_back.wait == 0  # held, not paused
-    park.unhold(config)
+    park.unhold(config, f"{name}-l")
     limit_keys = LeaseKeys(prefix, f"{name}-l")
-    assert scripts.LIMIT_BLOCK(redis_client, [limit_keys.blocked], [f"{name}-p", 60_000]) == 1
-    woken = scripts.LIMIT_WAKE(redis_client, [*limit_keys.lease_keys(), limit_keys.blocked], [1])
+    blocked = [limit_keys.blocked, limit_keys.blocked_limits]
+    assert scripts.LIMIT_BLOCK(redis_client, blocked, [f"{name}-p", 1, 60_000]) == 1
+    woken = scripts.LIMIT_WAKE(redis_client, [*limit_keys.lease_keys(), *blocked], [])
     assert woken == [f"{name}-p".encode()]
     park.status(count=10)
     park.drop("t2")

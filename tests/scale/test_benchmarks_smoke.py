@@ -269,6 +269,26 @@ def test_rate_part_reports_every_contender_and_the_primitive(server: RedisServer
     assert "| `park` |" in rate_bench.section(result)
 
 
+def test_limits_part_runs_every_task_once_within_both_limits(server: RedisServer) -> None:
+    """Part ``limits`` on a tiny backlog: each contender runs every task
+    once; ``listed`` never has more runs at once than its shared limit, nor
+    one account more than 3, and its targets are reported."""
+    from benchmarks import limits_bench
+
+    params = limits_bench.TINY
+    result = limits_bench.run(server.url, params, lambda msg: None)
+    rows = {row["contender"]: row for row in result["runs"]}
+    assert set(rows) == set(limits_bench.CONTENDERS)
+    total = params.accounts * params.backlog + params.light_accounts * params.light_jobs
+    for row in rows.values():
+        assert "incomplete" not in row, row
+        assert row["ran"] == total and row["redis_cmds_per_task"] > 0
+        assert row["most_of_one_account"] <= 3
+    assert rows["listed"]["most_at_once"] <= params.shared
+    assert result["targets"]["0 over-limit (any key)"]
+    assert "| listed |" in limits_bench.section(result)
+
+
 def test_coalesce_part_leaves_nothing_stale_with_keep_latest(server: RedisServer) -> None:
     """Part ``coalesce`` on a tiny schedule: every call of every policy settles,
     ``keep_latest`` and debounce leave no key stale, debounce runs once per

@@ -1,23 +1,29 @@
--- limit_wake.lua: if this listed limit has a free slot, take the names
--- whose parked heads wait for it (limit_block.lua) out of its blocked set,
--- oldest first, for the caller to wake (park_unhold.lua on each).
+-- limit_wake.lua: take the oldest name whose parked head waits for this
+-- listed limit (limit_block.lua) out of its blocked set, if its head would
+-- be admitted now, for the caller to wake (park_unhold.lua).
 -- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
--- and KEYS[8] blocked (limit_block.lua's KEYS[1]).
--- ARGV[1] max   most names to take
--- Returns the names taken: none when the set is empty or no slot is free
--- by the current holders' limits (THE INVARIANT; a waiting run is admitted
--- by its own limit when it tries, and noted again if that refuses it).
+-- and KEYS[8] blocked (limit_block.lua's KEYS[1]), and KEYS[9] limits (its KEYS[2]).
+-- ARGV: none.
+-- Returns {name} or {}: none when the set is empty, when a blocking waiter
+-- is queued on the limit (it is handed the slot, and a newcomer may not pass
+-- it: acquire.lua), or when the oldest head is not admissible by its own
+-- limit beside the current holders (THE INVARIANT), so that a woken head is
+-- admitted when it tries unless another run takes the slot first; FIFO: the
+-- oldest waits for a slot its limit admits, the others behind it.
 
 --- @include "includes/admissible"
 --- @include "includes/holder_state"
+--- @include "includes/lease_set_keys"
+--- @include "includes/limit_of"
 --- @include "includes/purge_expired_holders"
 
-local BLOCKED = KEYS[8]
-if redis.call('EXISTS', BLOCKED) == 0 then return {} end
+local BLOCKED, LIMITS = KEYS[8], KEYS[9]
+local oldest = redis.call('ZRANGE', BLOCKED, 0, 0)[1]
+if not oldest then return {} end
+if redis.call('EXISTS', QUEUE) == 1 then return {} end
 purge_expired_holders()
-if not admissible(holder_state(), math.huge) then return {} end
-local out = {}
-for i, member in ipairs(redis.call('ZPOPMIN', BLOCKED, tonumber(ARGV[1]))) do
-  if i % 2 == 1 then out[#out + 1] = member end
-end
-return out
+local raw = tonumber(redis.call('HGET', LIMITS, oldest) or '1')
+if not admissible(holder_state(), limit_of(raw)) then return {} end
+redis.call('ZREM', BLOCKED, oldest)
+redis.call('HDEL', LIMITS, oldest)
+return {oldest}

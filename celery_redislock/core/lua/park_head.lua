@@ -16,10 +16,12 @@
 -- ARGV[11] token       the promotion token the run was claimed with ("":
 --                      none); it becomes stale, so a copy of the run's
 --                      message (redelivered after a crash) never runs
--- ARGV[12] hold_ms     hold the name's parked work this long (PMETA hold, as
---                      a debounce does; a hold only lengthens): nothing of it
+-- ARGV[12] hold_ms     hold the name's parked work this long for a listed
+--                      limit (PMETA lhold; it only lengthens): nothing of it
 --                      is promoted before, unless park_unhold.lua lifts the
---                      hold (the wake-up of a listed limit that has room)
+--                      hold (the wake-up of that listed limit, when it has room)
+-- ARGV[13] waits_for   the listed limit the hold is for (PMETA lwait; "" with
+--                      hold_ms 0)
 -- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
 -- {"dup", where, due}.
 
@@ -48,8 +50,8 @@ if pause_ms > 0 then pause_ms = extend_pause(PAUSE, pause_ms) end
 local hold_ms = tonumber(ARGV[12])
 if hold_ms > 0 then
   local hold = NOW_MS + hold_ms
-  if hold > tonumber(redis.call('HGET', PMETA, 'hold') or '0') then
-    redis.call('HSET', PMETA, 'hold', hold)
+  if hold > tonumber(redis.call('HGET', PMETA, 'lhold') or '0') then
+    redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[13])
   end
 end
 if token ~= '' then

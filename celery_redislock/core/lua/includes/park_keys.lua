@@ -16,7 +16,10 @@
 --                     and for a debounced name (park_call.lua, debounce_ms):
 --                     hold = Redis time (ms) before which its parked run is
 --                     not promoted, dfirst = when the first call of the
---                     burst was parked; head = the task park_head.lua
+--                     burst was parked; lhold = Redis time (ms) before
+--                     which it is not promoted either, for the listed limit
+--                     lwait (park_head.lua; park_unhold.lua lifts it);
+--                     head = the task park_head.lua
 --                     put back ahead of the park: a run
 --                     that paused or retries, which a keep_latest call does
 --                     not replace unless it supersedes}

@@ -1,0 +1,77 @@
+"""The Celery app of the several-limits benchmark (``benchmarks.limits_bench``).
+
+Two ways to run an account's tasks, each of ``BENCH_TASK_SECONDS``, under
+``park``:
+
+* ``single``: ``SemaphoreTask(semaphore_key="acct:{run}:{account}",
+  semaphore_limit=3)``: the per-account limit alone;
+* ``listed``: the same plus ``limits=[Limit("shared:{run}", BENCH_SHARED)]``:
+  at most ``BENCH_SHARED`` of all accounts at once, on a shared downstream.
+
+Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_EVENTS_DIR``,
+``BENCH_READY_FILE``, ``BENCH_SHARED``, ``BENCH_TASK_SECONDS``).  Each body
+writes a line ``task <run> <account> <seq> <sent> <start> <end>`` to its
+process's event file (``benchmarks.task_events``).
+"""
+
+# mypy: disable-error-code="untyped-decorator"
+
+from __future__ import annotations
+
+import os
+import time
+
+from celery import Celery
+
+from celery_redislock import Limit, SemaphoreTask
+
+from . import task_events
+
+URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+PER_ACCOUNT = 3
+SHARED = int(os.environ.get("BENCH_SHARED", "10"))
+TASK_SECONDS = float(os.environ.get("BENCH_TASK_SECONDS", "0.2"))
+
+app = Celery("limits", broker=URL, set_as_current=False)
+app.conf.update(
+    redislock_url=URL,
+    redislock_prefix="limitsbench",
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    redislock_park_deadline=120.0,
+)
+
+
+def _body(run: str, account: str, seq: int, sent: float) -> None:
+    start = time.time()
+    time.sleep(TASK_SECONDS)
+    end = time.time()
+    task_events.log(URL, f"task {run} {account} {seq} {sent:.6f} {start:.6f} {end:.6f}")
+    task_events.process_state(URL)["redis"].incr(f"limitsbench:done:{run}")
+
+
+@app.task(
+    base=SemaphoreTask,
+    name="limits.single",
+    semaphore_key="acct:{run}:{account}",
+    semaphore_limit=PER_ACCOUNT,
+)
+def single(run: str, account: str, seq: int, sent: float) -> None:
+    _body(run, account, seq, sent)
+
+
+@app.task(
+    base=SemaphoreTask,
+    name="limits.listed",
+    semaphore_key="acct:{run}:{account}",
+    semaphore_limit=PER_ACCOUNT,
+    limits=[Limit("shared:{run}", SHARED)],
+)
+def listed(run: str, account: str, seq: int, sent: float) -> None:
+    _body(run, account, seq, sent)
+
+
+TASKS = {"single": single, "listed": listed}
+
+task_events.record_retries_and_etas(URL)
