@@ -53,6 +53,7 @@ from .scripts import (
     PARK_DUE,
     PARK_ENQUEUE,
     PARK_HEAD,
+    PARK_HOLD,
     PARK_INSPECT,
     PARK_PROMOTE,
     PARK_RELEASE,
@@ -386,13 +387,20 @@ class Parking:
         )
         return _promotions(reply[1:])
 
+    def hold_for(self, limit: str, seconds: float) -> bool:
+        """Hold the name's parked work for the listed limit ``limit`` for at
+        most ``seconds`` (as :meth:`park_at_head` does, without a task), if
+        anything is parked; returns whether it was (``park_hold.lua``)."""
+        return bool(self._call(PARK_HOLD, [_ms(seconds), limit])[0])
+
     def unhold(self, config: ParkConfig, limit: str) -> list[Promotion]:
         """Lift the hold :meth:`park_at_head` set for the listed limit
-        ``limit`` (not one for another limit) and fill the free slots, as
-        :meth:`promote` does for the sweeper (``park_unhold.lua``)."""
+        ``limit`` (not one for another limit) and promote one parked task,
+        as :meth:`promote` does for the sweeper (``park_unhold.lua``): one
+        slot of the limit came back, so one task, not as many as its own
+        slots allow (the others would be sent back by the limit)."""
         reply = self._call(
-            PARK_UNHOLD,
-            [0, _ms(config.deadline), PROMOTE_BATCH, "", config.max_publishes, limit],
+            PARK_UNHOLD, [0, _ms(config.deadline), 1, "", config.max_publishes, limit]
         )
         return _promotions(reply[1:])
 

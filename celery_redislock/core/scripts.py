@@ -43,6 +43,7 @@ __all__ = [
     "PARK_DUE",
     "PARK_ENQUEUE",
     "PARK_HEAD",
+    "PARK_HOLD",
     "PARK_INSPECT",
     "PARK_PROMOTE",
     "PARK_RELEASE",
@@ -153,6 +154,7 @@ PARK_HEAD = _script("park_head.lua")
 PARK_CLAIM = _script("park_claim.lua")
 PARK_PROMOTE = _script("park_promote.lua")
 PARK_UNHOLD = _script("park_unhold.lua")
+PARK_HOLD = _script("park_hold.lua")
 LIMIT_BLOCK = _script("limit_block.lua")
 LIMIT_WAKE = _script("limit_wake.lua")
 PARK_RELEASE = _script("park_release.lua")

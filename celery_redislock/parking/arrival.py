@@ -32,7 +32,7 @@ from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from .enqueue import NO_CHANGES
 from .message import envelope_of_request, expires_in, json_dumps
-from .promotion import promote, wake_waiting_for
+from .promotion import promote, wake_name
 
 if TYPE_CHECKING:
     from ..policies.base import Context
@@ -49,6 +49,7 @@ __all__ = [
     "LISTED_RETRY",
     "back_to_the_head",
     "claim_or_arrive",
+    "make_way",
     "note_waiting",
     "wait_for_a_limit",
 ]
@@ -249,24 +250,44 @@ def wait_for_a_limit(ctx: Context) -> StillPending:
     return pending
 
 
-def note_waiting(task: Any, request_id: str, lease_set: LeaseSet, limit: str, asks: int) -> None:
+def make_way(task: Any, request_id: str, own: LeaseSet, limit: str, asks: int) -> None:
+    """A run of ``own``'s name that held the listed limit ``limit`` ends, and
+    its slot of the limit went to a name that waited for it: rather than
+    promote its own name's next task into a limit it would not get (sent
+    back, a cycle through the broker for nothing), the name's parked work
+    is held for the limit and the name noted behind those waiting, if
+    anything is parked (``park_hold.lua``).  Called before the own slot is
+    given back, whose promotions then wait."""
+    try:
+        parking = Parking(own.client, own.keys.prefix, own.name)
+        if parking.hold_for(limit, LISTED_RETRY):
+            note_waiting(task, request_id, own, limit, asks, check=False)
+    except (RedisError, RedisClusterException) as exc:  # promoted as without it
+        log.warning("%s[%s]: could not make way on %r (%r)", task.name, request_id, limit, exc)
+
+
+def note_waiting(
+    task: Any, request_id: str, lease_set: LeaseSet, limit: str, asks: int, check: bool = True
+) -> None:
     """After :func:`wait_for_a_limit` parked the task and gave its own slot
     back: note the name in the limit's blocked set with the limit its head
-    asks of it (``asks``; ``limit_block.lua``), then look
-    at the limit once more (:func:`wake_waiting_for`), since a slot may have
-    come back between the refusal and the note.  In this order no wake-up
-    is lost: every release of the limit after the note wakes the oldest
-    noted name while the limit has room.  A process that dies before the
-    note, or a Redis error here, leaves the task parked: the hold ends by
-    itself."""
+    asks of it (``asks``; ``limit_block.lua``), unless (``check``) the limit
+    has room for that head now, a slot having come back between the
+    refusal and the note: then the name is woken at once (:func:`wake_name`).
+    In one script call, so no wake-up is lost: every release of the limit
+    after the note wakes the oldest noted name it has room for.  A process
+    that dies before the note, or a Redis error here, leaves the task
+    parked: its hold ends by itself.  ``check`` False (a run that ends
+    making way for names woken before it, :func:`make_way`): noted anyway."""
     try:
         keys = lease_keys(lease_set.keys.prefix, limit)
-        LIMIT_BLOCK(
+        noted = LIMIT_BLOCK(
             lease_set.client,
-            [keys.blocked, keys.blocked_limits],
-            [lease_set.name, asks, BLOCKED_MEMORY_MS],
+            [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
+            [lease_set.name, asks, BLOCKED_MEMORY_MS, 1 if check else 0],
         )
-        wake_waiting_for(task.app, limit)
+        if not int(noted):
+            wake_name(task.app, lease_set.name, limit)
     except (RedisError, RedisClusterException) as exc:
         log.warning(
             "%s[%s]: could not note that %r waits for %r (%r); it is tried again in %g s",

@@ -38,6 +38,7 @@ __all__ = [
     "promote",
     "release_dead_holders",
     "releaser",
+    "wake_name",
     "wake_waiting_for",
 ]
 
@@ -275,10 +276,17 @@ def wake_waiting_for(app: Any, limit: str) -> bool:
         names = LIMIT_WAKE(client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [])
         if not names:
             return False
-        parking = Parking(client, settings.prefix, text(names[0]))
-        if _publish_all(app, parking, parking.unhold(settings.park, limit), None):
+        if wake_name(app, text(names[0]), limit):
             return True
     return False
+
+
+def wake_name(app: Any, name: str, limit: str) -> bool:
+    """Lift ``name``'s hold for the listed limit ``limit`` and promote its
+    parked work (``park_unhold.lua``); returns whether a task was published."""
+    client, settings = client_for(app)
+    parking = Parking(client, settings.prefix, name)
+    return bool(_publish_all(app, parking, parking.unhold(settings.park, limit), None))
 
 
 #: names woken at most per :func:`wake_waiting_for` (each that promoted

@@ -196,6 +196,11 @@ class Policy:
         None: a plain release followed by :meth:`after_release`."""
         return None
 
+    def make_way(self, ctx: Context, woke: Sequence[LeaseSet]) -> None:
+        """Release phase, at the end of a run, before its own slot goes back:
+        the slots of its listed limits ``woke`` went to names that waited
+        for them.  By default nothing (its policy does not park)."""
+
     def after_release(self, ctx: Context) -> None:
         """Release phase: called after a slot of this policy was given back
         without its :meth:`releaser` (a plain release, or a dead child's lease)."""

@@ -11,10 +11,11 @@ guarantees.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from ..parking.arrival import claim_or_arrive, wait_for_a_limit
+from ..core.leaseset import LeaseSet
+from ..parking.arrival import claim_or_arrive, make_way, wait_for_a_limit
 from ..parking.enqueue import NO_CHANGES, park_or_publish
 from ..parking.promotion import after_release, releaser
 from .base import Context, Policy, fail, take
@@ -74,6 +75,13 @@ class Park(Policy):
     def releaser(self, ctx: Context) -> Callable[[str], bool]:
         task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
         return releaser(task, lease_set, limit)
+
+    def make_way(self, ctx: Context, woke: Sequence[LeaseSet]) -> None:
+        """Hold the name's parked work for the first of ``woke`` and note the
+        name behind the names it woke (:func:`~celery_redislock.parking.arrival.make_way`):
+        its next task would only be sent back by that limit."""
+        held = woke[0]
+        make_way(ctx.task, ctx.task_id, ctx.need_lease_set(), held.name, held.limit)
 
     def after_release(self, ctx: Context) -> None:
         task, name, limit = ctx.task, ctx.name, ctx.need_limit()

@@ -116,25 +116,31 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     run's listed limits (``limits=``), each with its own ``lock_released``
     (before the own one: a run of the same key that takes the freed own
     slot finds them free too)."""
+    woke: list[LeaseSet] = []  # listed limits whose slot went to a name that waited
     try:
         for held in getattr(request, "redislock_listed", None) or ():
             if held.token is not None:
                 release_run(task, request.id, held, reason, kind="semaphore")
-                _wake(task, held.name)
+                if _wake(task, held.name):
+                    woke.append(held)
     finally:
         if lease_set.token is not None:  # else released already (by retry())
-            _release_own(task, request, lease_set, reason)
+            _release_own(task, request, lease_set, reason, woke)
 
 
-def _wake(task: Any, limit: str) -> None:
-    """A listed limit's slot came back: wake a name whose parked head waits for it."""
+def _wake(task: Any, limit: str) -> bool:
+    """A listed limit's slot came back: wake a name whose parked head waits
+    for it; returns whether one was woken."""
     try:
-        wake_waiting_for(task.app, limit)
+        return wake_waiting_for(task.app, limit)
     except Exception as exc:  # its hold ends by itself; the run's own outcome stands
         log.warning("%s: could not wake the names waiting for %r (%r)", task.name, limit, exc)
+        return False
 
 
-def _release_own(task: Any, request: Any, lease_set: LeaseSet, reason: str) -> None:
+def _release_own(
+    task: Any, request: Any, lease_set: LeaseSet, reason: str, woke: list[LeaseSet]
+) -> None:
     try:
         limit = task.redislock_limit(request.args, request.kwargs)
     except Exception:
@@ -151,6 +157,8 @@ def _release_own(task: Any, request: Any, lease_set: LeaseSet, reason: str) -> N
         request=request,
         lease_set=lease_set,
     )
+    if woke:
+        policy.make_way(ctx, woke)
     releaser = policy.releaser(ctx)
     release_run(task, request.id, lease_set, reason, releaser)
     if releaser is None:

@@ -97,9 +97,9 @@ def _install_faults(prefix: str, rec: Any) -> None:
         kill_at("listed_parked")
         return pending
 
-    def released(*args: Any) -> None:  # called once the own slot was given back
+    def released(*args: Any, **kwargs: Any) -> None:  # once the own slot was given back
         kill_at("listed_released")
-        note_waiting(*args)
+        note_waiting(*args, **kwargs)
 
     def noted(*args: Any, **kwargs: Any) -> Any:
         reply = block(*args, **kwargs)

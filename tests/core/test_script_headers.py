@@ -161,10 +161,12 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     )
     assert held_back.count and held_back.wait == 0  # held, not paused
     park.unhold(config, f"{name}-l")
+    assert park.hold_for(f"{name}-l", 5)
     limit_keys = LeaseKeys(prefix, f"{name}-l")
     blocked = [limit_keys.blocked, limit_keys.blocked_limits]
-    assert scripts.LIMIT_BLOCK(redis_client, blocked, [f"{name}-p", 1, 60_000]) == 1
-    woken = scripts.LIMIT_WAKE(redis_client, [*limit_keys.lease_keys(), *blocked], [])
+    lease_keys = limit_keys.lease_keys()
+    assert scripts.LIMIT_BLOCK(redis_client, [*lease_keys, *blocked], [f"{name}-p", 1, 60_000, 0])
+    woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], [])
     assert woken == [f"{name}-p".encode()]
     park.status(count=10)
     park.drop("t2")

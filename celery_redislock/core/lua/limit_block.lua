@@ -1,22 +1,42 @@
 -- limit_block.lua: note that the parked head of a name waits for this
--- listed limit (a run of it was refused because the limit was full), so
--- that a release of the limit wakes the name (limit_wake.lua).
--- Standalone (no includes).
--- KEYS[1] blocked  ZSET  <prefix>:{<limit name>}:blocked: name whose head
---                        waits -> Redis time (ms) it was first noted
--- KEYS[2] limits   HASH  <prefix>:{<limit name>}:blocked:limits: name ->
---                        the limit its head asks of this limit, as passed
---                        (limit_of(): an override applies); both keys live
---                        ARGV[3] ms after the last note
+-- listed limit, so that a release of the limit wakes the name
+-- (limit_wake.lua); with `check`, only if the limit has no room for that
+-- head now (a slot came back between the refusal and this call: the caller
+-- wakes the name itself instead).
+-- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
+-- and KEYS[8] blocked, and KEYS[9] limits:
+--   blocked  ZSET  <prefix>:{<limit name>}:blocked: name whose head waits ->
+--                  Redis time (ms) it was first noted
+--   limits   HASH  <prefix>:{<limit name>}:blocked:limits: name -> the limit
+--                  its head asks of this limit, as passed (limit_of(): an
+--                  override applies); both keys live ARGV[3] ms after the
+--                  last note
 -- ARGV[1] the name whose head waits
 -- ARGV[2] its limit of this listed limit
 -- ARGV[3] ttl_ms
--- Returns 1 if noted now, 0 if it was noted already (it keeps its place).
+-- ARGV[4] check  "1": note only if the head would not be admitted now
+--                (nobody queued or noted before it, and its own limit
+--                admits it beside the current holders: a name noted before
+--                it is woken first, by the next release); "0": note anyway
+--                (a run that ends makes way for the names it woke)
+-- Returns 1 if noted (or noted already: it keeps its place), 0 if not
+-- noted because the limit has room for the head now.
 
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local added = redis.call('ZADD', KEYS[1], 'NX', now_ms, ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
-redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
-return added
+--- @include "includes/admissible"
+--- @include "includes/holder_state"
+--- @include "includes/lease_set_keys"
+--- @include "includes/limit_of"
+--- @include "includes/now"
+--- @include "includes/purge_expired_holders"
+
+local BLOCKED, LIMITS = KEYS[8], KEYS[9]
+local name, asks, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if ARGV[4] == '1' and redis.call('EXISTS', QUEUE, BLOCKED) == 0 then
+  purge_expired_holders()
+  if admissible(holder_state(), limit_of(asks)) then return 0 end
+end
+redis.call('ZADD', BLOCKED, 'NX', NOW_MS, name)
+redis.call('HSET', LIMITS, name, asks)
+redis.call('PEXPIRE', BLOCKED, ttl_ms)
+redis.call('PEXPIRE', LIMITS, ttl_ms)
+return 1

@@ -1,0 +1,26 @@
+-- park_hold.lua: hold a name's parked work for a listed limit (PMETA lhold
+-- and lwait, as park_head.lua sets them), if anything is parked: a run of
+-- the name that ends while that limit has names waiting makes way for them
+-- instead of promoting its name's next task into a limit it would not get.
+-- park_unhold.lua lifts the hold when the limit wakes the name.
+-- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
+-- ARGV[1] name
+-- ARGV[2] hold_ms    hold this long at most (a hold only lengthens)
+-- ARGV[3] waits_for  the listed limit
+-- Returns {held, due}: held 1 if something is parked (and so held), else 0;
+-- due as next_due() (the hold's end when nothing else comes first).
+
+--- @include "includes/next_due"
+--- @include "includes/now"
+--- @include "includes/park_keys"
+--- @include "includes/stored_limit"
+
+local held = 0
+if redis.call('ZCARD', PARK) > 0 then
+  held = 1
+  local hold = NOW_MS + tonumber(ARGV[2])
+  if hold > tonumber(redis.call('HGET', PMETA, 'lhold') or '0') then
+    redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[3])
+  end
+end
+return {held, next_due(stored_limit(0), nil, held == 1)}
