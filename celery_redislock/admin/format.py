@@ -53,6 +53,8 @@ def format_parked(rows: Iterable[Any], entries: bool = False) -> list[str]:
         timing = (f", paused {_age(r.paused_for)}" if r.paused_for else "") + (
             f", next due in {r.head_due_in:.3f}s" if r.head_due_in else ""
         )
+        if r.waits_for:
+            timing += f", waits for listed limit {r.waits_for!r}"
         limit = f", limit {r.limit}" if r.limit else ""
         lines.append(
             f"{r.name}  [parked]  {r.parked} parked (oldest {_age(r.oldest_age)}), "

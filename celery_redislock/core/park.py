@@ -444,6 +444,7 @@ class Parking:
             interval_us,
             burst,
             limit,
+            waits_for,
         ) = PARK_INSPECT(self.client, self._script_keys, [self.name, count])
         now = int(now_ms)
         entries = [
@@ -467,6 +468,7 @@ class Parking:
             Rate(1, int(interval_us) / 1e6) if int(interval_us) else None,
             int(burst) or 1,
             int(limit) or None,
+            text(waits_for) or None,
         )
 
     # -- the guard of result-backend writes (parking/states.py) --------------

@@ -154,3 +154,5 @@ class ParkStatus:
     burst: int = 1
     #: the name's limit now (a run-time override's, else the last caller's), or None
     limit: int | None = None
+    #: the listed limit (``limits=``) its parked work is held for, while it is, or None
+    waits_for: str | None = None

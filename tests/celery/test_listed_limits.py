@@ -21,6 +21,8 @@ import redis
 from celery import Celery
 
 from celery_redislock import FairSemaphore, Limit, LockContended, LockedTask, SemaphoreTask
+from celery_redislock.admin.format import format_parked
+from celery_redislock.core.park import Parking
 from tests.celery_apps.listed import SHARED, create_listed_app
 from tests.celery_harness import worker_factory
 from tests.waiting import wait_for
@@ -512,6 +514,9 @@ def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release
     assert results[("light", 1)].state == "PARKED"
     assert results[("light", 1)].info["waits_for"] == SHARED
     assert blocked(redis_client, prefix) == ["acct:light"]
+    status = Parking(redis_client, prefix, "acct:light").status(count=1)
+    assert status.waits_for == SHARED and status.parked == 1
+    assert "waits for listed limit 'shared'" in format_parked([status])[0]
     assert len(holders(redis_client, prefix, SHARED)) == 3
     assert len(holders(redis_client, prefix, "acct:light")) == 1  # its own slot given back
     open_gate(redis_client, prefix, "heavy", 0)

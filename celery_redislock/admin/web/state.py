@@ -102,12 +102,13 @@ def _stated(target: Target, states: list[LeaseSetState]) -> dict[str, float]:
 
 def _park(park: ParkStatus | None) -> dict[str, Any]:
     if park is None:
-        return {"in_flight": 0, "overdue": 0, "rate": None, "burst": 1}
+        return {"in_flight": 0, "overdue": 0, "rate": None, "burst": 1, "waits_for": None}
     return {
         "in_flight": park.in_flight,
         "overdue": park.overdue,
         "rate": _rate(park.rate),
         "burst": park.burst,
+        "waits_for": park.waits_for,
     }
 
 

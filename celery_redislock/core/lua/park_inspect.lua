@@ -11,7 +11,9 @@
 --          head's rate and the pause admit it, 0: now or nothing parked),
 --          interval_us, burst (the rate the head is admitted by, an override's
 --          or its own; interval 0: none or nothing parked),
---          limit (the name's limit now, an override's or the last one stored; 0: unknown)}.
+--          limit (the name's limit now, an override's or the last one stored; 0: unknown),
+--          waits_for (the listed limit its parked work is held for, PMETA lwait,
+--          while that hold lasts and something is parked; "": none)}.
 
 --- @include "includes/lease_set_keys"
 --- @include "includes/limit_of"
@@ -62,5 +64,10 @@ local pause_ms = math.max(redis.call('PTTL', PAUSE), 0)
 local raw = tonumber(redis.call('HGET', PMETA, 'limit') or '0')
 local limit = 0
 if raw ~= 0 then limit = limit_of(raw) end
+local waits_for = ''
+if parked > 0 then
+  local hold = redis.call('HMGET', PMETA, 'lhold', 'lwait')
+  if tonumber(hold[1] or '0') > NOW_MS then waits_for = hold[2] or '' end
+end
 return {NOW_MS, parked, oldest, inflight, overdue, listed, promoted, pause_ms, head_wait_ms,
-  math.floor(interval), burst, limit}
+  math.floor(interval), burst, limit, waits_for}

@@ -142,7 +142,8 @@
         card('reserved', d.reserved), card('waiting', d.waiting), card('parked', d.parked),
         card('oldest parked', secs(d.oldest_parked_age)), card('overdue promotions', d.overdue),
         card('rate', rate(d)), card('paused for', d.paused_for ? secs(d.paused_for) : '-'),
-        card('next due', d.next_due_in ? secs(d.next_due_in) : '-'), card('override', dash(d.override)))];
+        card('next due', d.next_due_in ? secs(d.next_due_in) : '-'), card('override', dash(d.override)),
+        card('waits for limit', dash(d.waits_for)))];
     out.push(el('h2', null, 'Holders'));
     out.push(d.holders.length ? holdersTable(d.holders, false) : el('p', { class: 'muted' }, 'none'));
     out.push(el('h2', null, 'Waiters (policy wait), in order'));
