@@ -280,6 +280,38 @@ def test_an_eager_run_waits_for_a_full_listed_limit(
     assert ran == [1]
 
 
+def test_a_run_time_override_of_a_listed_limit_applies(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    """``celery redislock limit set s 1`` (an ``Overrides``): a listed limit of
+    5 with one holder refuses the next run, and admits it once cleared."""
+    from celery_redislock import Overrides
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="raise",
+        limits=[Limit("s", 5)],
+    )
+    def report(account_id: int) -> None: ...
+
+    other = FairSemaphore(redis_client, "s", 5, prefix=prefix)
+    assert other.acquire(blocking=False)
+    overrides = Overrides(redis_client, "s", prefix)
+    try:
+        overrides.set(limit=1)
+        refused = report.apply((1,))
+        assert isinstance(refused.result, LockContended)
+        assert "listed limit 's' is full" in str(refused.result)
+        overrides.clear()
+        assert report.apply((1,)).successful()
+    finally:
+        overrides.clear()
+        other.release()
+
+
 def test_a_plain_call_has_no_listed_leases(app: Celery) -> None:
     @app.task(
         name=unique_name(),
@@ -624,3 +656,36 @@ def test_a_head_waits_for_a_slot_its_own_limit_admits(
     for result in holding:
         assert result.get(timeout=60) == 0
     assert most_at_once(events(app, "charge_park")) <= 2 + 1  # 2 old holders, then c beside b
+
+
+def test_a_whole_worker_killed_while_holding_wakes_the_key_waiting_for_its_limit(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The worker whose run holds the shared limit is killed whole; another
+    worker on the machine gives the dead run's slots back (the dead-holder
+    path), and that release wakes the key whose head waits for the limit
+    (its fallback retry is 120 s here, its lease ttl 30 s)."""
+    from tests.celery.test_park import stated_names
+
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_sweep": "0.5",
+        "listed_retry": "120",
+    }
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    doomed = start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    task.delay("a", 0, gate=True)
+    wait_for(lambda: events(app, "charge_park"), 60, message="the holder started")
+    wait_for(lambda: SHARED in stated_names(app), 30, message="its lease stated")
+    waiting = task.delay("b", 0, duration=0.1)
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
+    doomed.kill()
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    assert waiting.get(timeout=25) == 0  # well before the 30 s ttl and the 120 s fallback
+    history = events(app, "charge_park")
+    assert [e["account"] for e in history if e["what"] == "start"] == ["a", "b"]
