@@ -5,11 +5,13 @@ Two ways to run an account's tasks, each of ``BENCH_TASK_SECONDS``, under
 
 * ``single``: ``SemaphoreTask(semaphore_key="acct:{run}:{account}",
   semaphore_limit=3)``: the per-account limit alone;
-* ``listed``: the same plus ``limits=[Limit("shared:{run}", BENCH_SHARED)]``:
-  at most ``BENCH_SHARED`` of all accounts at once, on a shared downstream.
+* ``listed``: the same plus ``limits=[Limit("shared:<BENCH_RUN>", BENCH_SHARED)]``:
+  at most ``BENCH_SHARED`` of all accounts at once, on a shared downstream
+  (one name for every call, as a real shared limit is; ``BENCH_RUN`` keeps
+  runs apart).
 
 Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_EVENTS_DIR``,
-``BENCH_READY_FILE``, ``BENCH_SHARED``, ``BENCH_TASK_SECONDS``).  Each body
+``BENCH_READY_FILE``, ``BENCH_SHARED``, ``BENCH_TASK_SECONDS``, ``BENCH_RUN``).  Each body
 writes a line ``task <run> <account> <seq> <sent> <start> <end>`` to its
 process's event file (``benchmarks.task_events``).
 """
@@ -31,6 +33,7 @@ URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 PER_ACCOUNT = 3
 SHARED = int(os.environ.get("BENCH_SHARED", "10"))
 TASK_SECONDS = float(os.environ.get("BENCH_TASK_SECONDS", "0.2"))
+RUN = os.environ.get("BENCH_RUN", "")
 
 app = Celery("limits", broker=URL, set_as_current=False)
 app.conf.update(
@@ -66,7 +69,7 @@ def single(run: str, account: str, seq: int, sent: float) -> None:
     name="limits.listed",
     semaphore_key="acct:{run}:{account}",
     semaphore_limit=PER_ACCOUNT,
-    limits=[Limit("shared:{run}", SHARED)],
+    limits=[Limit(f"shared:{RUN}", SHARED)],
 )
 def listed(run: str, account: str, seq: int, sent: float) -> None:
     _body(run, account, seq, sent)

@@ -4,7 +4,7 @@
 then ``light_accounts`` light accounts send ``light_jobs`` each; per-account
 limit 3; two prefork workers ``-c 8``.  Side by side in one run
 (``benchmarks.limits_app``): ``single``, the per-account limit alone, and
-``listed``, the same task with ``limits=[Limit("shared:{run}", shared)]``.
+``listed``, the same task with ``limits=[Limit("shared:<run>", shared)]``.
 Per contender, from every body's start and end: the most runs at once of
 one account and of all (over-limit starts counted), how busy the shared
 limit was (runs at once over time, divided by the shared limit, from the
@@ -128,6 +128,7 @@ def run_contender(url: str, contender: str, params: LimitsParams, admin: Any) ->
         "BENCH_EVENTS_DIR": str(events),
         "BENCH_SHARED": str(params.shared),
         "BENCH_TASK_SECONDS": str(params.task_seconds),
+        "BENCH_RUN": run,
     }
     workers = [
         Worker("benchmarks.limits_app", url, queue, params.concurrency, env)

@@ -129,6 +129,8 @@ class GuardedTask(Task):  # type: ignore[misc]
     _redislock_rate: ClassVar[PerCall[Rate] | None] = None
     _redislock_cost: ClassVar[PerCall[int] | None] = None
     _redislock_listed: ClassVar[tuple[ListedLimit, ...]] = ()
+    #: the names of those of them that are the same for every call
+    _redislock_listed_fixed: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -150,6 +152,9 @@ class GuardedTask(Task):  # type: ignore[misc]
             check_options(cls)
             cls._redislock_rate, cls._redislock_cost = rate_options(cls, keys, task)
             cls._redislock_listed = listed_limits_of(cls, keys, task)
+            cls._redislock_listed_fixed = frozenset(
+                name for listed in cls._redislock_listed if (name := listed.fixed_name)
+            )
 
     @classmethod
     def _redislock_ttl_option(cls) -> float | None:

@@ -105,6 +105,14 @@ class ListedLimit:
         if spec.rate is not None:
             self.rate = PerCall(spec.rate, keys.signature, task, f"{what}.rate", parse_rate)
 
+    @property
+    def fixed_name(self) -> str | None:
+        """Its name when it is the same for every call (a template without
+        fields), else None."""
+        if isinstance(self.spec.key, str) and not self.keys.fields:
+            return self.spec.key
+        return None
+
     def need(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Need:
         """What a run with these arguments needs of this limit (checked)."""
         rate = NO_RATE

@@ -255,36 +255,41 @@ def make_way(task: Any, request_id: str, own: LeaseSet, limit: str, asks: int) -
     its slot of the limit went to a name that waited for it: rather than
     promote its own name's next task into a limit it would not get (sent
     back, a cycle through the broker for nothing), the name's parked work
-    is held for the limit and the name noted behind those waiting, if
-    anything is parked (``park_hold.lua``).  Called before the own slot is
-    given back, whose promotions then wait."""
+    is held for the limit (``park_hold.lua``: if anything is parked and no
+    hold for another limit is on) and the name noted behind those waiting
+    (:func:`note_waiting`, which wakes it at once if the limit has room for
+    it and nobody is noted before it, so no wake-up is lost).  Called before
+    the own slot is given back, whose promotions then wait.  Never raises:
+    a failure leaves the name's work to be promoted as without it."""
     try:
         parking = Parking(own.client, own.keys.prefix, own.name)
         if parking.hold_for(limit, LISTED_RETRY):
-            note_waiting(task, request_id, own, limit, asks, check=False)
-    except (RedisError, RedisClusterException) as exc:  # promoted as without it
+            note_waiting(task, request_id, own, limit, asks, in_flight=1)
+    except Exception as exc:
         log.warning("%s[%s]: could not make way on %r (%r)", task.name, request_id, limit, exc)
 
 
 def note_waiting(
-    task: Any, request_id: str, lease_set: LeaseSet, limit: str, asks: int, check: bool = True
+    task: Any, request_id: str, lease_set: LeaseSet, limit: str, asks: int, in_flight: int = 0
 ) -> None:
     """After :func:`wait_for_a_limit` parked the task and gave its own slot
     back: note the name in the limit's blocked set with the limit its head
     asks of it (``asks``; ``limit_block.lua``), unless (``check``) the limit
     has room for that head now, a slot having come back between the
-    refusal and the note: then the name is woken at once (:func:`wake_name`).
-    In one script call, so no wake-up is lost: every release of the limit
-    after the note wakes the oldest noted name it has room for.  A process
-    that dies before the note, or a Redis error here, leaves the task
-    parked: its hold ends by itself.  ``check`` False (a run that ends
-    making way for names woken before it, :func:`make_way`): noted anyway."""
+    refusal and the note, and no name noted before it: then the name is
+    woken at once (:func:`wake_name`).  The check and the note are one
+    script call, so a release of the limit either comes before it (and the
+    check sees the slot) or after it (and wakes the oldest noted name it has
+    room for).  A process that dies before the note, or a Redis error here,
+    leaves the task parked: its hold ends by itself.  ``in_flight``: slots
+    of the limit to count as taken besides its holders (a name just woken
+    for the slot a run gave back, on its way to take it)."""
     try:
         keys = lease_keys(lease_set.keys.prefix, limit)
         noted = LIMIT_BLOCK(
             lease_set.client,
             [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
-            [lease_set.name, asks, BLOCKED_MEMORY_MS, 1 if check else 0],
+            [lease_set.name, asks, BLOCKED_MEMORY_MS, in_flight],
         )
         if not int(noted):
             wake_name(task.app, lease_set.name, limit)

@@ -77,11 +77,16 @@ class Park(Policy):
         return releaser(task, lease_set, limit)
 
     def make_way(self, ctx: Context, woke: Sequence[LeaseSet]) -> None:
-        """Hold the name's parked work for the first of ``woke`` and note the
-        name behind the names it woke (:func:`~celery_redislock.parking.arrival.make_way`):
-        its next task would only be sent back by that limit."""
-        held = woke[0]
-        make_way(ctx.task, ctx.task_id, ctx.need_lease_set(), held.name, held.limit)
+        """Hold the name's parked work for the first of ``woke`` that every
+        run of the task needs (a listed limit whose key does not depend on
+        the call's arguments) and note the name behind the names it woke
+        (:func:`~celery_redislock.parking.arrival.make_way`): its next task
+        would only be sent back by that limit.  A templated limit
+        (``"region:{region}"``) is left out: the next task may not need it."""
+        for held in woke:
+            if held.name in ctx.task._redislock_listed_fixed:  # the next run needs it too
+                make_way(ctx.task, ctx.task_id, ctx.need_lease_set(), held.name, held.limit)
+                return
 
     def after_release(self, ctx: Context) -> None:
         task, name, limit = ctx.task, ctx.name, ctx.need_limit()

@@ -689,3 +689,43 @@ def test_a_whole_worker_killed_while_holding_wakes_the_key_waiting_for_its_limit
     assert waiting.get(timeout=25) == 0  # well before the 30 s ttl and the 120 s fallback
     history = events(app, "charge_park")
     assert [e["account"] for e in history if e["what"] == "start"] == ["a", "b"]
+
+
+def test_keys_waiting_for_a_shared_limit_take_turns(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Shared limit 1, two accounts with work parked: when a run ends and
+    its slot of the shared limit goes to the other account's waiting head,
+    its own account's next task is held and its account noted behind (it
+    makes way), so the accounts alternate: j0, k0, j1, k1."""
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_sweep": "0.5",
+        "listed_retry": "120",
+    }
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    first = task.delay("j", 0, gate=True)
+    wait_for(lambda: events(app, "charge_park"), 60, message="j0 started")
+    k0 = task.delay("k", 0, duration=0.1)
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:k"], 60, message="k noted")
+    rest = [task.delay("k", 1, duration=0.1)]
+    wait_for(
+        lambda: Parking(redis_client, prefix, "acct:k").status().parked == 2,
+        60,
+        message="k0 and k1 parked",
+    )
+    rest.append(task.delay("j", 1, duration=0.1))
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:k", "acct:j"], 60, message="j too")
+    open_gate(redis_client, prefix, "j", 0)
+    for result in [first, k0, *rest]:
+        assert result.get(timeout=60) in (0, 1)
+    starts = [(e["account"], e["n"]) for e in events(app, "charge_park") if e["what"] == "start"]
+    assert starts == [("j", 0), ("k", 0), ("j", 1), ("k", 1)]
+    # k1 was held while j1 had the turn: never promoted only to be sent back
+    assert not parked_waiting_for(app, rest[0].id)

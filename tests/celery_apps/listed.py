@@ -14,8 +14,8 @@ so a test tells a wake-up from that fallback.  Fault points (the first
 process to pass one deletes ``<prefix>:fault:<point>`` and SIGKILLs
 itself): ``listed_parked`` (back at the head of its park, its own slot not
 given back yet), ``listed_released`` (own slot given back, the name not
-noted in the limit's blocked set), ``listed_noted`` (noted, the limit not
-looked at again).
+noted in the limit's blocked set), ``listed_noted`` (noted, or found the
+limit with room, and not woken yet).
 
 Run as ``celery -A tests.celery_apps.listed worker`` with the basic app's
 ``REDISLOCK_TEST_*`` environment (see :mod:`tests.celery_apps.basic`).

@@ -165,7 +165,10 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     limit_keys = LeaseKeys(prefix, f"{name}-l")
     blocked = [limit_keys.blocked, limit_keys.blocked_limits]
     lease_keys = limit_keys.lease_keys()
+    other = FairSemaphore(redis_client, f"{name}-l", 1, ttl=5, prefix=prefix)
+    assert other.acquire()  # full: the name is noted
     assert scripts.LIMIT_BLOCK(redis_client, [*lease_keys, *blocked], [f"{name}-p", 1, 60_000, 0])
+    other.release()
     woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], [])
     assert woken == [f"{name}-p".encode()]
     park.status(count=10)

@@ -1,8 +1,8 @@
 -- limit_block.lua: note that the parked head of a name waits for this
 -- listed limit, so that a release of the limit wakes the name
--- (limit_wake.lua); with `check`, only if the limit has no room for that
--- head now (a slot came back between the refusal and this call: the caller
--- wakes the name itself instead).
+-- (limit_wake.lua); unless the limit has room for that head now and no
+-- name is queued or noted before it (a slot came back before this call:
+-- the caller wakes the name itself instead).
 -- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
 -- and KEYS[8] blocked, and KEYS[9] limits:
 --   blocked  ZSET  <prefix>:{<limit name>}:blocked: name whose head waits ->
@@ -14,11 +14,9 @@
 -- ARGV[1] the name whose head waits
 -- ARGV[2] its limit of this listed limit
 -- ARGV[3] ttl_ms
--- ARGV[4] check  "1": note only if the head would not be admitted now
---                (nobody queued or noted before it, and its own limit
---                admits it beside the current holders: a name noted before
---                it is woken first, by the next release); "0": note anyway
---                (a run that ends makes way for the names it woke)
+-- ARGV[4] in_flight  slots of the limit to count as taken besides its
+--                    holders: a name just woken for a slot that came back has
+--                    not taken it yet (1 from a run that makes way, 0 else)
 -- Returns 1 if noted (or noted already: it keeps its place), 0 if not
 -- noted because the limit has room for the head now.
 
@@ -31,9 +29,11 @@
 
 local BLOCKED, LIMITS = KEYS[8], KEYS[9]
 local name, asks, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if ARGV[4] == '1' and redis.call('EXISTS', QUEUE, BLOCKED) == 0 then
+if redis.call('EXISTS', QUEUE, BLOCKED) == 0 then
   purge_expired_holders()
-  if admissible(holder_state(), limit_of(asks)) then return 0 end
+  local state = holder_state()
+  state.n = state.n + tonumber(ARGV[4])
+  if admissible(state, limit_of(asks)) then return 0 end
 end
 redis.call('ZADD', BLOCKED, 'NX', NOW_MS, name)
 redis.call('HSET', LIMITS, name, asks)

@@ -7,7 +7,9 @@
 -- ARGV[1] name
 -- ARGV[2] hold_ms    hold this long at most (a hold only lengthens)
 -- ARGV[3] waits_for  the listed limit
--- Returns {held, due}: held 1 if something is parked (and so held), else 0;
+-- Returns {held, due}: held 1 if something is parked and now held for this
+-- limit, else 0 (nothing parked, or a hold for another limit is on: it is
+-- left alone, and the caller does not note the name);
 -- due as next_due() (the hold's end when nothing else comes first).
 
 --- @include "includes/next_due"
@@ -17,10 +19,12 @@
 
 local held = 0
 if redis.call('ZCARD', PARK) > 0 then
-  held = 1
-  local hold = NOW_MS + tonumber(ARGV[2])
-  if hold > tonumber(redis.call('HGET', PMETA, 'lhold') or '0') then
-    redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[3])
+  local current = redis.call('HMGET', PMETA, 'lhold', 'lwait')
+  local until_ms = tonumber(current[1] or '0')
+  if until_ms <= NOW_MS or current[2] == ARGV[3] then
+    held = 1
+    local hold = NOW_MS + tonumber(ARGV[2])
+    if hold > until_ms then redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[3]) end
   end
 end
 return {held, next_due(stored_limit(0), nil, held == 1)}

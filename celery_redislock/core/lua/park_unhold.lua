@@ -1,9 +1,10 @@
 -- park_unhold.lua: lift the hold of a name's parked work for a listed limit
 -- (PMETA lhold and lwait, set by park_head.lua for a run that the full
--- limit refused), if it is that limit's, and fill the name's free slots
--- from its park list, as park_promote.lua does: the wake-up of a name whose
--- head waits for a listed limit that has room now.  A hold for another
--- limit stays (nothing is promoted then).
+-- limit refused), if it is that limit's, and promote from its park list as
+-- park_promote.lua does, at most ARGV[4] tasks (its caller passes 1: one
+-- slot of the limit came back): the wake-up of a name whose head waits for
+-- a listed limit that has room now.  A hold for another limit stays
+-- (nothing is promoted then).
 -- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] limit        as park_promote.lua's (0: the one last stored)
