@@ -11,16 +11,17 @@ exception in a receiver is logged, never raised into the task.
 ``lock_contended`` a task met the lock held / semaphore full.
                    kwargs: ``task_id``, ``name``, ``kind``, ``policy``
                    (``"skip"``, ``"retry"``, ``"wait"``, ``"raise"``,
+                   ``"park"`` for a run a listed limit refused,
                    ``"dedupe"`` and ``"throttle"`` at enqueue,
                    ``"redelivered"`` for a same-id re-run), ``refused_by``
-                   (the listed limit of ``limits=`` that was full, None
-                   when the task's own key was)
+                   (the listed limit of ``limits=`` that refused it,
+                   full or over its rate; None when the task's own key did)
 ``lock_released``  the lock/slot was given back.  kwargs: ``task_id``,
                    ``name``, ``token``, ``kind``, ``reason`` (``"finished"``,
                    ``"retry"``, ``"paused"`` (``redislock_pause``),
                    ``"limit"`` (a ``park`` run's own slot given back when a
-                   full listed limit sent it back to its park; no
-                   ``lock_acquired`` came before), or for
+                   listed limit, full or over its rate, sent it back to
+                   its park; no ``lock_acquired`` came before), or for
                    clean-up by the worker's main process
                    ``"worker lost"``, ``"terminated"``, ``"time limit"``),
                    ``held`` (whether Redis still had it)
@@ -33,7 +34,7 @@ exception in a receiver is logged, never raised into the task.
                    in the caller, ``"arrive"`` in a worker, ``"pause"`` for a
                    run that called ``redislock_pause``, ``"retry"`` for a
                    ``keep_latest`` run's own retry, ``"limit"`` for a run
-                   that a full listed limit sent back), ``parked`` (park
+                   that a listed limit sent back), ``parked`` (park
                    list length after it), ``waits_for`` (the listed limit
                    it waits for, with ``"limit"``; None otherwise)
 ``lock_dropped``   policy ``park`` gave up a parked or promoted task that never

@@ -23,11 +23,11 @@ slot of its own key *and* of every listed limit, or none of them
 Checked when the task class is created: ``limits`` is a list or tuple of
 ``Limit``; every template field and every parameter a callable names is a
 parameter of the task; no two limits, nor a limit and the task's own key,
-share a template; the policy is one that gives up a refused run (``skip``,
-``raise``, ``retry``): ``park``, ``keep_latest`` and ``wait`` wait for the
-own key alone, and waiting there while the call needs a listed limit too is
-the hold-and-wait this option exists to avoid, so they are refused (a
-per-call ``lock_policy`` of one of them likewise, at ``apply_async``).
+share a template; the policy is ``park`` (a refused run waits in its own
+key's park, holding nothing), ``skip``, ``raise`` or ``retry``: ``wait``
+blocks a worker process on the own key's queue and ``keep_latest``
+coalesces by the own key alone, so they are refused (a per-call
+``lock_policy`` of one of them likewise, at ``apply_async``).
 """
 
 from __future__ import annotations

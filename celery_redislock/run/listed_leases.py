@@ -8,7 +8,8 @@ The first one that refuses ends the try: every listed lease taken so far is
 given back at once, and the caller gives its own lease back and hands the
 run to its policy, naming the limit that refused.  So a run holds all of
 its limits or none, and never *waits* while holding one: a refused run
-holds nothing (the policies that may list limits give a refused run up).
+holds nothing (``park`` parks it, the other policies that may list limits
+give it up).
 
 Guaranteed: no listed name ever has more holders than its limit (each is a
 :class:`~celery_redislock.FairSemaphore` slot, with its invariant); a body
@@ -17,8 +18,8 @@ listed lease is renewed by the process heartbeat (and by the worker's main
 process, run/request.py), stated for the dead-holder path, and given back
 on every path the own lease is (``run/release.py`` ``release_after_run`` at the end of the run and
 before a retry; :func:`release_of_dead_child` when the child died).
-Not guaranteed: FIFO between runs that compete for a listed limit (the
-policies listed here requeue or drop a refused run; none queues), nor that
+Not guaranteed: FIFO between runs that compete for a listed limit (but
+between the keys ``park`` notes as waiting for it: docs/park.md), nor that
 a short-lived overlap of tries cannot refuse two runs that would each have
 fit alone (both give back, both are refused: no limit is exceeded).
 """

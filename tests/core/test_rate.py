@@ -12,7 +12,7 @@ import pytest
 from celery_redislock import Overrides, RateLimiter
 from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.park import ParkConfig, Parking, Verdict
-from celery_redislock.core.rate import Rate, RateTerms, parse_rate
+from celery_redislock.core.rate import NO_RATE, Rate, RateTerms, parse_rate
 from tests.waiting import wait_for
 
 SLOTS = Capacity.semaphore(1000)  # a semaphore the rate, not the cap, holds back
@@ -238,3 +238,26 @@ def test_a_start_that_would_wait_long_goes_back_to_the_park(
     assert park.claim("a", str(tokens[0]), "o.a", 5, "{}", SLOTS, "t").verdict is Verdict.HELD
     back = park.claim("b", str(tokens[1]), "o.b", 5, "{}", SLOTS, "t")
     assert back.verdict is Verdict.PARKED and park.status().parked == 1
+
+
+def test_a_hold_for_one_listed_limit_is_left_alone_by_another(
+    redis_client: Any, prefix: str
+) -> None:
+    """``park_hold.lua`` for limit L on a name whose parked work is held for
+    limit M: nothing changes (not held for L, so the caller does not note
+    it), and the parked task, its message and M's hold stay; ``unhold`` for
+    L promotes nothing, ``unhold`` for M promotes it."""
+    park = Parking(redis_client, prefix, "acct:k")
+    envelope = '{"task": "t", "id": "t1"}'
+    parked = park.park_at_head(
+        "t1", Capacity.semaphore(1), envelope, 0, 0, "t", NO_RATE, hold=30, waits_for="M"
+    )
+    assert parked.count == 1
+    assert not park.hold_for("L", 5)
+    status = park.status(count=1)
+    assert (status.parked, status.waits_for) == (1, "M")
+    assert status.entries[0]["task_id"] == "t1"
+    config = ParkConfig(deadline=5)
+    assert park.unhold(config, "L") == []
+    (promotion,) = park.unhold(config, "M")
+    assert promotion.task_id == "t1" and promotion.envelope == envelope

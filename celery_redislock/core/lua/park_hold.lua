@@ -27,4 +27,7 @@ if redis.call('ZCARD', PARK) > 0 then
     if hold > until_ms then redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[3]) end
   end
 end
-return {held, next_due(stored_limit(0), nil, held == 1)}
+-- next_due() reads whether anything is parked: "not held" does not mean
+-- "nothing parked" (a hold for another limit), and told "nothing parked" it
+-- would drop the park's metadata and messages.
+return {held, next_due(stored_limit(0))}
