@@ -20,7 +20,14 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import FairSemaphore, Limit, LockContended, LockedTask, SemaphoreTask
+from celery_redislock import (
+    FairSemaphore,
+    Limit,
+    LockContended,
+    LockedTask,
+    RedisLock,
+    SemaphoreTask,
+)
 from celery_redislock.admin.format import format_parked
 from celery_redislock.core.park import Parking
 from tests.celery_apps.listed import SHARED, create_listed_app
@@ -310,6 +317,103 @@ def test_a_run_time_override_of_a_listed_limit_applies(
     finally:
         overrides.clear()
         other.release()
+
+
+def test_two_listed_limits_that_name_one_semaphore_fail_the_run(app: Celery) -> None:
+    ran: list[int] = []
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="raise",
+        limits=[Limit("s:{region}", 2), Limit(lambda args, kwargs: f"s:{args[1]}", 3)],
+    )
+    def report(account_id: int, region: str) -> None:
+        ran.append(account_id)
+
+    result = report.apply((1, "eu"))
+    assert isinstance(result.result, ValueError)
+    assert "another listed limit names" in str(result.result)
+    assert ran == []
+
+
+def test_the_refusal_names_the_limit_and_refused_by_is_none_for_the_own_key(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    """``LockContended.name`` and ``lock_contended(refused_by=...)`` name the
+    listed limit that refused; ``refused_by`` is None when the own key did."""
+    from celery_redislock import signals
+
+    seen: list[Any] = []
+
+    def record(sender: Any = None, **kwargs: Any) -> None:
+        seen.append(kwargs.get("refused_by"))
+
+    signals.lock_contended.connect(record, weak=False)
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="raise",
+        limits=[Limit("s", 1)],
+    )
+    def report(account_id: int) -> None: ...
+
+    try:
+        other = FairSemaphore(redis_client, "s", 1, prefix=prefix)
+        assert other.acquire(blocking=False)
+        by_limit = report.apply((1,)).result
+        other.release()
+        own = RedisLock(redis_client, "r:1", prefix=prefix)
+        assert own.acquire(blocking=False)
+        by_own_key = report.apply((1,)).result
+        own.release()
+    finally:
+        signals.lock_contended.disconnect(record)
+    assert isinstance(by_limit, LockContended) and by_limit.name == "s"
+    assert isinstance(by_own_key, LockContended) and by_own_key.name == "r:1"
+    assert seen == ["s", None]
+
+
+def test_a_listed_limit_with_a_rate_refuses_a_start_over_it(app: Celery) -> None:
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="raise",
+        limits=[Limit("s", 5, rate="1/m")],
+    )
+    def report(account_id: int) -> None: ...
+
+    assert report.apply((1,)).successful()
+    refused = report.apply((2,)).result
+    assert isinstance(refused, LockContended)
+    assert "listed limit 's' is over its rate" in str(refused)
+
+
+def test_rate_limited_task_takes_limits_with_park_and_keep_latest_is_refused_per_call(
+    app: Celery,
+) -> None:
+    from celery_redislock import RateLimitedTask
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=RateLimitedTask,
+        rate_key="api:{account_id}",
+        rate="10/s",
+        limits=[Limit("s", 2)],
+    )
+    def call(account_id: int) -> None: ...
+
+    assert call.lock_policy == "park"
+    with pytest.raises(TypeError, match="lock_policy='keep_latest' does not combine"):
+        call.apply_async((1,), lock_policy="keep_latest")
 
 
 def test_a_plain_call_has_no_listed_leases(app: Celery) -> None:
