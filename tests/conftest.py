@@ -42,6 +42,32 @@ def _heartbeat_stopped_at_the_end() -> Iterator[None]:
     HEARTBEAT.stop()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Before the session's servers stop: collect the ``AsyncResult`` s that
+    are garbage, while their result backend still answers, and then stop
+    Celery's Redis result consumer from reconnecting.
+
+    An ``AsyncResult`` a test waited on keeps a subscription; collected only
+    at pytest's final garbage collection, after the throwaway servers are
+    gone, its ``__del__`` unsubscribes and Celery's consumer retries the dead
+    connection without end (seen with celery 5.3), so the run never exits.
+    """
+    import contextlib
+    import gc
+
+    from celery.backends import redis as redis_backend
+
+    gc.collect()
+
+    @contextlib.contextmanager
+    def no_reconnect(self: Any) -> Iterator[None]:
+        with contextlib.suppress(Exception):
+            yield
+
+    redis_backend.ResultConsumer.reconnect_on_error = no_reconnect  # type: ignore[method-assign,assignment]
+
+
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, socket_timeout=10)

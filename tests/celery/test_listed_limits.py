@@ -649,7 +649,8 @@ def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release
     )
     assert results[("light", 1)].state == "PARKED"
     assert results[("light", 1)].info["waits_for"] == SHARED
-    assert blocked(redis_client, prefix) == ["acct:light"]
+    # noted once its own slot is given back, after the PARKED it announced
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:light"], 60, message="noted")
     status = Parking(redis_client, prefix, "acct:light").status(count=1)
     assert status.waits_for == SHARED and status.parked == 1
     assert "waits for listed limit 'shared'" in format_parked([status])[0]
