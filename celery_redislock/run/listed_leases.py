@@ -17,7 +17,7 @@ runs only while its run holds its own key and every listed limit; each
 listed lease is renewed by the process heartbeat (and by the worker's main
 process, run/request.py), stated for the dead-holder path, and given back
 on every path the own lease is (``run/release.py`` ``release_after_run`` at the end of the run and
-before a retry; :func:`release_of_dead_child` when the child died).
+before a retry; ``release_dead_child`` there when the child died).
 Not guaranteed: FIFO between runs that compete for a listed limit (but
 between the keys ``park`` notes as waiting for it: docs/park.md), nor that
 a short-lived overlap of tries cannot refuse two runs that would each have
@@ -30,12 +30,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import RedisClusterException, RedisError
-
-from .. import signals
 from ..core.leaseset import LeaseSet
-from ..core.owners import execution_prefix
-from ..core.rate import NO_RATE
 from ..core.semaphore import FairSemaphore
 from ..enqueue.listed_limits import Need
 from ..parking.promotion import wake_waiting_for
@@ -45,7 +40,6 @@ from ..settings import client_for
 __all__ = [
     "lease_set_of",
     "needs_of",
-    "release_of_dead_child",
     "renewal_names",
     "take_all",
 ]
@@ -153,57 +147,6 @@ def _give_back_and_wake(task: Any, held: Sequence[LeaseSet]) -> None:
             wake_waiting_for(task.app, lease_set.name)
         except Exception as exc:  # its hold ends by itself
             log.warning("could not wake the names waiting for %r (%r)", lease_set.name, exc)
-
-
-def release_of_dead_child(
-    task: Any, task_id: str, pid: int, args: Any, kwargs: Any, reason: str
-) -> int:
-    """Release what the execution of ``task_id`` in the dead process ``pid``
-    held of its listed limits; returns how many slots it released."""
-    prefix = execution_prefix(task_id, pid)
-    released = 0
-    for listed in type(task)._redislock_listed:
-        try:
-            name = listed.keys.build(args or (), kwargs or {})
-        except Exception as exc:  # the body never ran with a name it cannot build
-            log.debug("%s[%s]: no listed name to release: %r", task.name, task_id, exc)
-            continue
-        reader = lease_set_of(task, Need(name, 1, NO_RATE))
-        try:
-            owners = [h.owner for h in reader.holders() if h.owner.startswith(prefix)]
-            for owner in owners:
-                held = reader.release_owner(owner)
-                released += 1
-                log.warning(
-                    "%s[%s]: released %r held by its dead process %d (%s)",
-                    task.name,
-                    task_id,
-                    name,
-                    pid,
-                    reason,
-                )
-                signals.lock_released.send(
-                    sender=task,
-                    task_id=task_id,
-                    name=name,
-                    token=None,
-                    kind="semaphore",
-                    reason=reason,
-                    held=held,
-                )
-            if owners:
-                wake_waiting_for(task.app, name)
-        except (RedisError, RedisClusterException) as exc:
-            log.error(
-                "%s[%s]: could not release %r of its dead process %d (%r); it expires "
-                "within its ttl",
-                task.name,
-                task_id,
-                name,
-                pid,
-                exc,
-            )
-    return released
 
 
 def renewal_names(task: Any, args: Any, kwargs: Any) -> list[str]:

@@ -14,13 +14,15 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from .. import signals
 from ..core.errors import LockLost, NotOwned
 from ..core.leaseset import LeaseSet
 from ..core.owners import execution_prefix
+from ..core.rate import NO_RATE
 from ..enqueue import dedupe
+from ..enqueue.listed_limits import Need
 from ..enqueue.options import HEADER_POLICY
 from ..parking.promotion import wake_waiting_for
 from ..policies import POLICIES, Context, check_policy
@@ -182,7 +184,7 @@ def release_dead_child(
     Returns the number of slots (or queue places) released, its listed
     limits' included (those first: a failure on the own name cannot keep them).
     """
-    released = listed_leases.release_of_dead_child(task, task_id, pid, args, kwargs, reason)
+    released = _release_dead_listed(task, task_id, pid, args, kwargs, reason)
     name = task.redislock_name(args, kwargs)
     prefix = execution_prefix(task_id, pid)
     # Reading holders does not depend on the limit; releasing does.
@@ -194,25 +196,7 @@ def release_dead_child(
     )
     owners = [h.owner for h in mine]
     owners += [w.owner for w in lease_set.waiters() if w.owner.startswith(prefix)]
-    for owner in owners:
-        held = lease_set.release_owner(owner)
-        log.warning(
-            "%s[%s]: released %r held by its dead process %d (%s)",
-            task.name,
-            task_id,
-            name,
-            pid,
-            reason,
-        )
-        signals.lock_released.send(
-            sender=task,
-            task_id=task_id,
-            name=name,
-            token=None,
-            kind=task._redislock_kind,
-            reason=reason,
-            held=held,
-        )
+    _release_dead_owners(task, task_id, pid, lease_set, owners, task._redislock_kind, reason)
     if headers.get(dedupe.HEADER):
         dedupe.clear_for(task, task_id, args, kwargs)
     if owners:
@@ -229,6 +213,69 @@ def release_dead_child(
         )
         POLICIES[check_policy(policy)].after_release(ctx)
     return len(owners) + released
+
+
+def _release_dead_listed(
+    task: Any, task_id: str, pid: int, args: Any, kwargs: Any, reason: str
+) -> int:
+    """Release what the execution of ``task_id`` in the dead process ``pid``
+    held of its listed limits, and wake a name waiting for each; returns how
+    many slots it released.  A name that fails is left to its ttl."""
+    prefix = execution_prefix(task_id, pid)
+    released = 0
+    for name in listed_leases.renewal_names(task, args, kwargs):
+        reader = listed_leases.lease_set_of(task, Need(name, 1, NO_RATE))
+        try:
+            owners = [h.owner for h in reader.holders() if h.owner.startswith(prefix)]
+            released += _release_dead_owners(
+                task, task_id, pid, reader, owners, "semaphore", reason
+            )
+            if owners:
+                wake_waiting_for(task.app, name)
+        except (RedisError, RedisClusterException) as exc:
+            log.error(
+                "%s[%s]: could not release %r of its dead process %d (%r); it expires "
+                "within its ttl",
+                task.name,
+                task_id,
+                name,
+                pid,
+                exc,
+            )
+    return released
+
+
+def _release_dead_owners(
+    task: Any,
+    task_id: str,
+    pid: int,
+    lease_set: LeaseSet,
+    owners: list[str],
+    kind: str,
+    reason: str,
+) -> int:
+    """Release each of ``owners`` (of the dead process ``pid``) from
+    ``lease_set``, with a log line and ``lock_released`` each; returns how many."""
+    for owner in owners:
+        held = lease_set.release_owner(owner)
+        log.warning(
+            "%s[%s]: released %r held by its dead process %d (%s)",
+            task.name,
+            task_id,
+            lease_set.name,
+            pid,
+            reason,
+        )
+        signals.lock_released.send(
+            sender=task,
+            task_id=task_id,
+            name=lease_set.name,
+            token=None,
+            kind=kind,
+            reason=reason,
+            held=held,
+        )
+    return len(owners)
 
 
 def _limit_of_dead_run(task: Any, task_id: str, args: Any, kwargs: Any, mine: list[Any]) -> int:

@@ -9,6 +9,7 @@ time, and a child kill and a whole-worker kill while a run holds both.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -30,7 +31,8 @@ from celery_redislock import (
 )
 from celery_redislock.admin.format import format_parked
 from celery_redislock.core.park import Parking
-from tests.celery_apps.listed import SHARED, create_listed_app
+from tests.celery.test_rate import cli
+from tests.celery_apps.listed import REGION, SHARED, create_listed_app
 from tests.celery_harness import worker_factory
 from tests.waiting import wait_for
 
@@ -434,14 +436,23 @@ def test_a_plain_call_has_no_listed_leases(app: Celery) -> None:
 # -- real workers -----------------------------------------------------------------
 
 
-@pytest.fixture
-def config(redis_url: str) -> dict[str, str]:
-    return {
+def worker_config(redis_url: str, listed_retry: str | None = None) -> dict[str, str]:
+    """A worker config of its own prefix; ``listed_retry``: how long a head
+    sent back by a full listed limit waits when nothing wakes it."""
+    config = {
         "redis": redis_url,
         "prefix": f"t-{uuid.uuid4().hex[:12]}",
         "ttl": "30",
         "park_sweep": "0.5",
     }
+    if listed_retry is not None:
+        config["listed_retry"] = listed_retry
+    return config
+
+
+@pytest.fixture
+def config(redis_url: str) -> dict[str, str]:
+    return worker_config(redis_url)
 
 
 @pytest.fixture
@@ -593,15 +604,103 @@ def test_a_whole_worker_killed_while_holding_gives_back_its_listed_slot_before_t
     assert seconds + micros / 1e6 < expires_at, "given back before the lease's ttl"
 
 
+@pytest.mark.parametrize("ending", ["raise", "retry", "time limit", "revoke"])
+def test_listed_leases_are_given_back_however_the_run_ends(
+    worker_app: Celery,
+    start: Any,
+    config: dict[str, str],
+    redis_client: redis.Redis,
+    ending: str,
+) -> None:
+    """A run ends by raising, by ``self.retry``, by its hard time limit or by
+    ``revoke(terminate=True)``: its slot of the listed limit (1 here) is
+    given back at once (its ttl is 30 s), with ``lock_released`` naming it,
+    and the next run of another account takes it."""
+    prefix = config["prefix"]
+    task = worker_app.tasks["listed.charge"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    if ending in ("raise", "retry"):
+        result = task.apply_async(("a", 0), {"end": ending})
+    else:
+        result = task.apply_async(("a", 0), {"gate": True}, time_limit=3)
+        wait_for(lambda: events(worker_app), 60, message="the run started")
+        if ending == "revoke":
+            result.revoke(terminate=True)
+    if ending == "raise":
+        with pytest.raises(RuntimeError):
+            result.get(timeout=60)
+    elif ending == "retry":
+        assert result.get(timeout=60) == 0
+    else:
+        with pytest.raises(Exception):  # noqa: B017  TimeLimitExceeded or TaskRevokedError
+            result.get(timeout=60)
+    following = task.delay("b", 0, duration=0.1)
+    assert following.get(timeout=20) == 0  # well inside the 30 s ttl
+    wait_for(
+        lambda: (
+            not holders(redis_client, prefix, SHARED)
+            and not holders(redis_client, prefix, "acct:a")
+        ),
+        20,
+        message="nothing held",
+    )
+    released = [
+        s
+        for s in worker_app.recorder.signals()  # type: ignore[attr-defined]
+        if s["signal"] == "redislock_released"
+        and s.get("task_id") == result.id
+        and s.get("name") == SHARED
+    ]
+    assert released, "lock_released for the listed limit"
+    if ending == "retry":
+        assert [s["reason"] for s in released][:1] == ["retry"]
+    starts = [e["account"] for e in events(worker_app) if e["what"] == "start"]
+    assert starts == (["a", "a", "b"] if ending == "retry" else ["a", "b"])
+
+
+def test_a_listed_lease_is_renewed_while_the_body_outlives_its_ttl(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """ttl 2 s and a body that runs past three ttls: the run keeps its slot of
+    the listed limit (1 here) the whole time, so a second account's run
+    does not start before the first ends."""
+    config = {**worker_config(redis_url), "ttl": "2"}
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    first = task.delay("a", 0, gate=True)
+    wait_for(lambda: events(app), 60, message="the run started")
+    (holder,) = holders(redis_client, prefix, SHARED)
+    second = task.delay("b", 0, duration=0.1)
+    began = redis_client.time()[0]
+
+    def three_ttls_later() -> bool:
+        now = holders(redis_client, prefix, SHARED)
+        assert [h.owner for h in now] == [holder.owner], "the slot changed hands"
+        assert [e["account"] for e in events(app) if e["what"] == "start"] == ["a"]
+        return bool(redis_client.time()[0] >= began + 7)
+
+    wait_for(three_ttls_later, 30, interval=0.2, message="three ttls with the slot held")
+    open_gate(redis_client, prefix, "a", 0)
+    assert first.get(timeout=60) == 0
+    assert second.get(timeout=60) == 0
+    assert most_at_once(events(app)) == 1
+    lost = [s for s in app.recorder.signals() if s["signal"] == "redislock_lost"]  # type: ignore[attr-defined]
+    assert lost == []
+
+
 # -- park: waiting in Redis for a listed limit --------------------------------------
 
 
-def parked_waiting_for(app: Celery, task_id: str) -> bool:
+def parked_waiting_for(app: Celery, task_id: str, limit: str = SHARED) -> bool:
     return any(
         s["signal"] == "redislock_parked"
         and s.get("task_id") == task_id
         and s.get("where") == "limit"
-        and s.get("waits_for") == SHARED
+        and s.get("waits_for") == limit
         for s in app.recorder.signals()  # type: ignore[attr-defined]
     )
 
@@ -619,13 +718,7 @@ def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release
     wakes it (the fallback retry is 120 s here: only a wake-up can start it
     in time); then a skewed backlog never exceeds either cap, and light
     accounts run beside the heavy one."""
-    config = {
-        "redis": redis_url,
-        "prefix": f"t-{uuid.uuid4().hex[:12]}",
-        "ttl": "30",
-        "park_sweep": "0.5",
-        "listed_retry": "120",
-    }
+    config = worker_config(redis_url, listed_retry="120")
     prefix = config["prefix"]
     app = create_listed_app(config)
     task = app.tasks["listed.charge_park"]
@@ -654,6 +747,10 @@ def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release
     status = Parking(redis_client, prefix, "acct:light").status(count=1)
     assert status.waits_for == SHARED and status.parked == 1
     assert "waits for listed limit 'shared'" in format_parked([status])[0]
+    assert "acct:light  [parked]" in cli(app, "status")
+    assert "waits for listed limit 'shared'" in cli(app, "status")
+    [row] = [r for r in json.loads(cli(app, "status", "--json"))["parked"] if r["parked"]]
+    assert (row["name"], row["waits_for"]) == ("acct:light", SHARED)
     assert len(holders(redis_client, prefix, SHARED)) == 3
     assert len(holders(redis_client, prefix, "acct:light")) == 1  # its own slot given back
     open_gate(redis_client, prefix, "heavy", 0)
@@ -692,13 +789,7 @@ def test_a_child_killed_while_its_run_goes_back_to_wait_for_a_limit(
     listed limit: the task is neither lost nor run twice, and the limit is
     never exceeded (it runs once the hold ends, 2 s here, or a release
     wakes it)."""
-    config = {
-        "redis": redis_url,
-        "prefix": f"t-{uuid.uuid4().hex[:12]}",
-        "ttl": "30",
-        "park_sweep": "0.5",
-        "listed_retry": "2",
-    }
+    config = worker_config(redis_url, listed_retry="2")
     prefix = config["prefix"]
     app = create_listed_app(config)
     task = app.tasks["listed.charge_park"]
@@ -732,13 +823,7 @@ def test_a_head_waits_for_a_slot_its_own_limit_admits(
     calls: the next call's head waits (noted once, not woken while the
     holders are as many as its own limit allows, so no promote-and-refuse
     loop), and runs once one holder ends."""
-    config = {
-        "redis": redis_url,
-        "prefix": f"t-{uuid.uuid4().hex[:12]}",
-        "ttl": "30",
-        "park_sweep": "0.5",
-        "listed_retry": "120",
-    }
+    config = worker_config(redis_url, listed_retry="120")
     prefix = config["prefix"]
     app = create_listed_app(config)
     task = app.tasks["listed.charge_park"]
@@ -772,13 +857,7 @@ def test_a_whole_worker_killed_while_holding_wakes_the_key_waiting_for_its_limit
     (its fallback retry is 120 s here, its lease ttl 30 s)."""
     from tests.celery.test_park import stated_names
 
-    config = {
-        "redis": redis_url,
-        "prefix": f"t-{uuid.uuid4().hex[:12]}",
-        "ttl": "30",
-        "park_sweep": "0.5",
-        "listed_retry": "120",
-    }
+    config = worker_config(redis_url, listed_retry="120")
     prefix = config["prefix"]
     app = create_listed_app(config)
     task = app.tasks["listed.charge_park"]
@@ -803,13 +882,7 @@ def test_keys_waiting_for_a_shared_limit_take_turns(
     its slot of the shared limit goes to the other account's waiting head,
     its own account's next task is held and its account noted behind (it
     makes way), so the accounts alternate: j0, k0, j1, k1."""
-    config = {
-        "redis": redis_url,
-        "prefix": f"t-{uuid.uuid4().hex[:12]}",
-        "ttl": "30",
-        "park_sweep": "0.5",
-        "listed_retry": "120",
-    }
+    config = worker_config(redis_url, listed_retry="120")
     prefix = config["prefix"]
     app = create_listed_app(config)
     task = app.tasks["listed.charge_park"]
@@ -834,3 +907,54 @@ def test_keys_waiting_for_a_shared_limit_take_turns(
     assert starts == [("j", 0), ("k", 0), ("j", 1), ("k", 1)]
     # k1 was held while j1 had the turn: never promoted only to be sent back
     assert not parked_waiting_for(app, rest[0].id)
+
+
+def test_a_child_killed_while_holding_wakes_the_key_waiting_for_its_limit(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The child whose run holds the shared limit (1) is SIGKILLed; its
+    worker's main process gives the slot back, and that release wakes the
+    key whose head waits for the limit (its fallback retry is 120 s here,
+    its lease ttl 30 s)."""
+    config = worker_config(redis_url, listed_retry="120")
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    doomed = task.delay("a", 0, gate=True)
+    (first,) = wait_for(lambda: events(app, "charge_park"), 60, message="the holder started")
+    waiting = task.delay("b", 0, duration=0.1)
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
+    os.kill(first["pid"], signal.SIGKILL)
+    assert waiting.get(timeout=25) == 0  # before the 30 s ttl and the 120 s fallback
+    with pytest.raises(Exception, match=r"(?i)worker"):
+        doomed.get(timeout=60)
+    history = events(app, "charge_park")
+    assert [e["account"] for e in history if e["what"] == "start"] == ["a", "b"]
+    assert blocked(redis_client, prefix) == []
+
+
+def test_park_holds_a_key_refused_by_a_listed_rate_until_the_rate_admits_it(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A listed limit with a rate (one start per 2 s): the second account's
+    run is refused by the rate, goes back to its park naming the limit, and
+    starts once the rate admits it, not after the 120 s fallback; it is
+    not noted as waiting for a slot (the limit has room)."""
+    config = worker_config(redis_url, listed_retry="120")
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_rated"]
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
+    first = task.delay("a", 0, duration=0.1)
+    wait_for(lambda: events(app, "charge_rated"), 60, message="the first run started")
+    second = task.delay("b", 0, duration=0.1)
+    wait_for(lambda: parked_waiting_for(app, second.id, REGION), 60, message="parked for the rate")
+    assert second.info["waits_for"] == REGION
+    assert first.get(timeout=60) == 0
+    assert second.get(timeout=30) == 0
+    starts = [e for e in events(app, "charge_rated") if e["what"] == "start"]
+    assert [e["account"] for e in starts] == ["a", "b"]
+    assert starts[1]["t"] - starts[0]["t"] > 1.0  # one start per 2 s: not at once
+    assert not redis_client.exists(f"{prefix}:{{{REGION}}}:blocked")

@@ -3,10 +3,13 @@
 ``listed.charge(account_id, n)`` holds a slot of ``acct:<account_id>``
 (``semaphore_limit=2``) and of the listed limit ``shared`` (3, or the
 integer at ``<prefix>:shared-limit``), under the ``retry`` policy;
-``listed.charge_park`` the same under ``park``.  Its body records ``start``
+``listed.charge_park`` the same under ``park``; ``listed.charge_rated``
+(``park``) lists ``region`` instead: 100 slots, one start per 2 s.  Its body records ``start``
 (with the listed names its run holds) and ``end`` events into
 ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
-``<prefix>:gate:<account_id>:<n>``.
+``<prefix>:gate:<account_id>:<n>``; with ``end="raise"`` it raises
+``RuntimeError`` after its start, with ``end="retry"`` its first run calls
+``self.retry`` (after its start).
 
 Config ``listed_retry`` sets ``parking.arrival.LISTED_RETRY`` (how long a
 parked head sent back by a full listed limit waits when nothing wakes it),
@@ -37,6 +40,7 @@ from . import write_pid_when_ready
 from .basic import ENV_PREFIX, config_from_env, create_app
 
 SHARED = "shared"
+REGION = "region"
 
 
 def create_listed_app(config: dict[str, str]) -> Celery:
@@ -48,10 +52,19 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         return int(rec.client.get(f"{prefix}:shared-limit") or 3)
 
     def charge(
-        self: Any, account_id: str, n: int, gate: bool = False, duration: float = 0.2
+        self: Any,
+        account_id: str,
+        n: int,
+        gate: bool = False,
+        duration: float = 0.2,
+        end: str = "",
     ) -> int:
         listed = [lease.name for lease in self.request.redislock_listed]
         rec.event(self, "all", "start", account=account_id, n=n, listed=listed)
+        if end == "raise":
+            raise RuntimeError(f"charge {account_id} {n} failed")
+        if end == "retry" and not self.request.retries:
+            raise self.retry(countdown=0.1)
         if gate:  # hold the slots until the test opens this task's gate (or 120 s)
             deadline = time.monotonic() + 120
             while not rec.client.exists(f"{prefix}:gate:{account_id}:{n}"):
@@ -79,6 +92,10 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         lock_retry_jitter=0.2,
         lock_retry_max=None,
         **common,
+    )(charge)
+    app.task(
+        name="listed.charge_rated",
+        **{**common, "limits": [Limit(REGION, 100, rate=0.5)]},
     )(charge)
     return app
 

@@ -618,3 +618,24 @@ def test_in_a_browser_the_page_shows_the_state_escapes_and_updates_in_place(
         assert dialogs == []
     finally:
         browser.close()
+
+
+def test_a_key_held_for_a_listed_limit_names_it_in_the_json_and_the_page(
+    serve: Callable[..., View], redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A name whose parked work is held for a listed limit (``limits=``):
+    the key's JSON says which limit (``waits_for``) and, with a browser, the
+    key page's "waits for limit" card shows it; a name not held shows none."""
+    park(redis_client, prefix, "sync:acme", ["p-0", "p-1", "p-2"])
+    park(redis_client, prefix, "sync:other", ["o-0", "o-1"])
+    assert Parking(redis_client, prefix, "sync:acme").hold_for("stripe", 120)
+    view = serve()
+    assert view.key("sync:acme")["waits_for"] == "stripe"
+    assert view.key("sync:other")["waits_for"] is None
+    if CHROMIUM is None:
+        pytest.skip(needs_chromium.kwargs["reason"])
+    page = dump(view.url + "?key=sync%3Aacme", tmp_path)
+    dom: str = page.dom  # type: ignore[attr-defined]
+    assert '<div class="card"><b>stripe</b>waits for limit</div>' in dom, dom[-3000:]
+    other = dump(view.url + "?key=sync%3Aother", tmp_path)
+    assert '<div class="card"><b>-</b>waits for limit</div>' in other.dom  # type: ignore[attr-defined]
