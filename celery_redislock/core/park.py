@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .capacity import Capacity
@@ -393,23 +393,33 @@ class Parking:
         anything is parked; returns whether it was (``park_hold.lua``)."""
         return bool(self._call(PARK_HOLD, [_ms(seconds), limit])[0])
 
-    def unhold(self, config: ParkConfig, limit: str) -> list[Promotion]:
+    def unhold(self, config: ParkConfig, limit: str, hold: float) -> list[Promotion]:
         """Lift the hold :meth:`park_at_head` set for the listed limit
-        ``limit`` (not one for another limit) and promote one parked task,
-        as :meth:`promote` does for the sweeper (``park_unhold.lua``): one
-        slot of the limit came back, so one task, not as many as its own
-        slots allow (the others would be sent back by the limit)."""
+        ``limit`` (not one for another limit), promote one parked task, as
+        :meth:`promote` does for the sweeper, and hold the rest for the limit
+        again for ``hold`` seconds (``park_unhold.lua``): one slot of the
+        limit came back, so one task, not as many as its own slots allow (the
+        others would be sent back by the limit)."""
         reply = self._call(
-            PARK_UNHOLD, [0, _ms(config.deadline), 1, "", config.max_publishes, limit]
+            PARK_UNHOLD,
+            [0, _ms(config.deadline), 1, "", config.max_publishes, limit, _ms(hold)],
         )
         return _promotions(reply[1:])
 
     def release(
-        self, owner: str, capacity: Capacity | None, config: ParkConfig, task_name: str = ""
+        self,
+        owner: str,
+        capacity: Capacity | None,
+        config: ParkConfig,
+        task_name: str = "",
+        room: Mapping[str, int] | None = None,
     ) -> tuple[bool, list[Promotion]]:
         """Release ``owner``'s slot (as ``release.lua``) and promote into the
         freed slots (as :meth:`promote`), in one call; returns whether it held,
-        and the promotions."""
+        and the promotions.  ``room``: listed limits the run released that
+        have that many slots free and nobody waiting; a hold of the name's
+        parked work for one of them is lifted, and at most that many are
+        promoted (``park_release.lua`` ARGV[9])."""
         reply = self._call(
             PARK_RELEASE,
             [
@@ -420,6 +430,7 @@ class Parking:
                 PROMOTE_BATCH,
                 _field(task_name),
                 config.max_publishes,
+                json.dumps(dict(room)) if room else "",
             ],
         )
         return bool(reply[1]), _promotions(reply[2:])

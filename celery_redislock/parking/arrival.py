@@ -30,6 +30,7 @@ from ..core.rate import RateLimiter
 from ..core.scripts import LIMIT_BLOCK
 from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..settings import settings_for
+from . import promotion
 from .enqueue import NO_CHANGES
 from .message import envelope_of_request, expires_in, json_dumps
 from .promotion import promote, wake_name
@@ -46,7 +47,6 @@ from .states import (
 )
 
 __all__ = [
-    "LISTED_RETRY",
     "back_to_the_head",
     "claim_or_arrive",
     "make_way",
@@ -210,10 +210,6 @@ def _back_to_the_head(
     return StillPending(), False
 
 
-#: how long a name whose parked head a full listed limit sent back holds its
-#: parked work when no release of that limit wakes it first (a holder of the
-#: limit that died where no process sees it: its lease expires by itself)
-LISTED_RETRY = 5.0
 #: how long a limit's blocked set outlives its last note (a noted name whose
 #: hold ended is promoted by the sweeper anyway)
 BLOCKED_MEMORY_MS = 3_600_000
@@ -226,19 +222,19 @@ def wait_for_a_limit(ctx: Context) -> StillPending:
 
     In this order, so that no wake-up is lost: the run goes back to the head
     of its name's park with the name's parked work held for that limit
-    (:data:`LISTED_RETRY`, or the limit's rate wait when its rate refused
-    it); its own slot is given back through the park's release (whose
-    promotions wait for the hold; ``lock_released`` with reason
-    ``"limit"``); then, if it was parked and the limit was full, the name is
-    noted in the limit's blocked set (:func:`note_waiting`).  A process that
-    dies between these steps leaves the task parked: the hold ends by
-    itself.  Not parked because Redis failed: the own slot is given back
-    the same way and the error raised."""
+    (:data:`~celery_redislock.parking.promotion.LISTED_RETRY`, or the
+    limit's rate wait when its rate refused it); its own slot is given back
+    through the park's release (whose promotions wait for the hold;
+    ``lock_released`` with reason ``"limit"``); then, if it was parked and
+    the limit was full, the name is noted in the limit's blocked set
+    (:func:`note_waiting`).  A process that dies between these steps leaves
+    the task parked: the hold ends by itself.  Not parked because Redis
+    failed: the own slot is given back the same way and the error raised."""
     task, request, lease_set = ctx.task, ctx.request, ctx.need_lease_set()
     limit = ctx.refused_by
     assert limit is not None and ctx.refused_limit is not None
     full = ctx.rate_wait is None
-    hold = LISTED_RETRY if full else max(ctx.rate_wait or 0.0, 0.001)
+    hold = promotion.LISTED_RETRY if full else max(ctx.rate_wait or 0.0, 0.001)
     try:
         pending, parked = _back_to_the_head(
             task, request, ctx.args, ctx.kwargs, lease_set, 0.0, hold, limit
@@ -263,7 +259,7 @@ def make_way(task: Any, request_id: str, own: LeaseSet, limit: str, asks: int) -
     a failure leaves the name's work to be promoted as without it."""
     try:
         parking = Parking(own.client, own.keys.prefix, own.name)
-        if parking.hold_for(limit, LISTED_RETRY):
+        if parking.hold_for(limit, promotion.LISTED_RETRY):
             note_waiting(task, request_id, own, limit, asks, in_flight=1)
     except Exception as exc:
         log.warning("%s[%s]: could not make way on %r (%r)", task.name, request_id, limit, exc)
@@ -301,5 +297,5 @@ def note_waiting(
             lease_set.name,
             limit,
             exc,
-            LISTED_RETRY,
+            promotion.LISTED_RETRY,
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
@@ -194,18 +194,23 @@ def _dropped(
     )
 
 
-def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool]:
+def releaser(
+    task: Any, lease_set: LeaseSet, limit: int, room: Mapping[str, int] | None = None
+) -> Callable[[str], bool]:
     """The release of a park-policy run (for ``LeaseSet.release_through``):
     the slot is given back and the parked tasks are promoted into it in one
-    call, then published.  A failed release raises (the caller logs it; the
-    lease frees within its ttl and the sweeper promotes); a failed publish is
-    logged (the sweeper re-publishes after the deadline)."""
+    call, then published (``room``: as :meth:`Parking.release`'s).  A
+    failed release raises (the caller logs it; the lease frees within its
+    ttl and the sweeper promotes); a failed publish is logged (the sweeper
+    re-publishes after the deadline)."""
 
     capacity = capacity_of(task, limit)
 
     def release(owner: str) -> bool:
         parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
-        held, promotions = parking.release(owner, capacity, settings_for(task.app).park, task.name)
+        held, promotions = parking.release(
+            owner, capacity, settings_for(task.app).park, task.name, room
+        )
         try:
             _publish_all(task.app, parking, promotions, capacity, task.name)
         except RedisError as exc:
@@ -261,32 +266,55 @@ def discarded_by_worker(
         )
 
 
-def wake_waiting_for(app: Any, limit: str) -> bool:
+class Woken(NamedTuple):
+    """What :func:`wake_waiting_for` did: whether a woken name published a
+    task, and, when no name waits, the slots of the limit free (as the
+    releasing run asked it; 0 when not asked)."""
+
+    published: bool
+    room: int
+
+
+def wake_waiting_for(app: Any, limit: str, asks: int = 0) -> Woken:
     """After a slot of ``limit`` came back (or might have): wake the oldest
     name whose parked head waits for it as a listed limit
     (``limit_wake.lua`` takes it out of the limit's blocked set only while
     its head would be admitted by its own limit; ``park_unhold.lua`` lifts
-    the name's hold for this limit and promotes).  A woken name that
-    promotes nothing (its own slots full, its park empty, a hold for another
-    limit) does not use the slot up: the next one is woken.  Returns
-    whether a task was published."""
+    the name's hold for this limit, promotes one task and holds the rest
+    again).  A woken name that promotes nothing (its own slots full, its
+    park empty, a hold for another limit) does not use the slot up: the
+    next one is woken.  ``asks``: the releasing run's limit of ``limit``,
+    for the room it reports when no name waits."""
     client, settings = client_for(app)
     keys = lease_keys(settings.prefix, limit)
     for _ in range(WAKE_TRIES):
-        names = LIMIT_WAKE(client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [])
-        if not names:
-            return False
-        if wake_name(app, text(names[0]), limit):
-            return True
-    return False
+        name, room = LIMIT_WAKE(
+            client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [asks]
+        )
+        if not name:
+            return Woken(False, int(room))
+        if wake_name(app, text(name), limit):
+            return Woken(True, 0)
+    return Woken(False, 0)
 
 
 def wake_name(app: Any, name: str, limit: str) -> bool:
-    """Lift ``name``'s hold for the listed limit ``limit`` and promote its
-    parked work (``park_unhold.lua``); returns whether a task was published."""
+    """Lift ``name``'s hold for the listed limit ``limit``, promote one of its
+    parked tasks and hold the rest for the limit again
+    (``park_unhold.lua``; for :data:`LISTED_RETRY` seconds at most); returns
+    whether a task was published."""
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
-    return bool(_publish_all(app, parking, parking.unhold(settings.park, limit), None))
+    promotions = parking.unhold(settings.park, limit, LISTED_RETRY)
+    return bool(_publish_all(app, parking, promotions, None))
+
+
+#: how long a name's parked work is held for a listed limit when nothing
+#: lifts the hold first: after a full limit sent its head back (a release of
+#: the limit wakes it; a holder that died where no process sees it frees by
+#: its ttl), and after a wake-up promoted one task (its run's release lifts
+#: the hold when the limit has room, or makes way)
+LISTED_RETRY = 5.0
 
 
 #: names woken at most per :func:`wake_waiting_for` (each that promoted

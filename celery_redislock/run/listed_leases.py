@@ -39,6 +39,7 @@ from ..settings import client_for
 
 __all__ = [
     "lease_set_of",
+    "names_without_rate",
     "needs_of",
     "renewal_names",
     "take_all",
@@ -147,6 +148,19 @@ def _give_back_and_wake(task: Any, held: Sequence[LeaseSet]) -> None:
             wake_waiting_for(task.app, lease_set.name)
         except Exception as exc:  # its hold ends by itself
             log.warning("could not wake the names waiting for %r (%r)", lease_set.name, exc)
+
+
+def names_without_rate(task: Any, args: Any, kwargs: Any) -> frozenset[str]:
+    """The listed names a run with these arguments holds whose limit has no
+    rate (a slot free there admits a start; under a rate it may not)."""
+    names = set()
+    for listed in type(task)._redislock_listed:
+        if listed.spec.rate is None:
+            try:
+                names.add(listed.keys.build(args or (), kwargs or {}))
+            except Exception:
+                continue
+    return frozenset(names)
 
 
 def renewal_names(task: Any, args: Any, kwargs: Any) -> list[str]:

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -958,3 +959,98 @@ def test_park_holds_a_key_refused_by_a_listed_rate_until_the_rate_admits_it(
     assert [e["account"] for e in starts] == ["a", "b"]
     assert starts[1]["t"] - starts[0]["t"] > 1.0  # one start per 2 s: not at once
     assert not redis_client.exists(f"{prefix}:{{{REGION}}}:blocked")
+
+
+def test_a_woken_run_killed_leaves_its_keys_other_tasks_to_run_after_the_hold(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A release of the shared limit (1) wakes key b: one task promoted, the
+    other held for the limit.  The woken run's child is SIGKILLed: its
+    slots are given back by the main process, and b's held task runs once
+    the hold ends (2 s here), never beside another run of the limit."""
+    config = worker_config(redis_url, listed_retry="2")
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    holder = task.delay("a", 0, gate=True)
+    wait_for(lambda: events(app, "charge_park"), 60, message="a0 started")
+    doomed = task.delay("b", 0, gate=True)
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
+    rest = task.delay("b", 1, duration=0.1)
+    wait_for(
+        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 2,
+        60,
+        message="b0 and b1 parked",
+    )
+    open_gate(redis_client, prefix, "a", 0)
+    assert holder.get(timeout=60) == 0
+    woken = wait_for(
+        lambda: [e for e in events(app, "charge_park") if e["account"] == "b"],
+        60,
+        message="b0 woken",
+    )
+    assert [e["n"] for e in woken] == [0]
+    status = Parking(redis_client, prefix, "acct:b").status()
+    assert (status.parked, status.waits_for) == (1, SHARED)  # b1 held, not promoted
+    killed_at = time.time()
+    os.kill(woken[0]["pid"], signal.SIGKILL)
+    with pytest.raises(Exception, match=r"(?i)worker"):
+        doomed.get(timeout=60)
+    assert rest.get(timeout=60) == 1
+    history = events(app, "charge_park")
+    assert [(e["account"], e["n"]) for e in history if e["what"] == "start"] == [
+        ("a", 0),
+        ("b", 0),
+        ("b", 1),
+    ]
+    a_ended = next(e["t"] for e in history if e["what"] == "end" and e["account"] == "a")
+    b_starts = [e["t"] for e in history if e["what"] == "start" and e["account"] == "b"]
+    assert a_ended <= b_starts[0] and killed_at <= b_starts[1]  # one run of the limit at a time
+
+
+def test_a_woken_keys_held_tasks_follow_once_the_limit_has_room(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A release of the shared limit (1) wakes key b: one task promoted, the
+    other two held for the limit.  When that run ends and no key waits, its
+    release finds the limit's slot free and lifts b's hold: b's next task
+    starts at once, not when the hold ends (120 s here)."""
+    config = worker_config(redis_url, listed_retry="120")
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    holder = task.delay("a", 0, gate=True)
+    wait_for(lambda: events(app, "charge_park"), 60, message="a0 started")
+    first = task.delay("b", 0, gate=True)
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
+    rest = [task.delay("b", n, duration=0.1) for n in (1, 2)]
+    wait_for(
+        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 3,
+        60,
+        message="b0, b1 and b2 parked",
+    )
+    open_gate(redis_client, prefix, "a", 0)
+    assert holder.get(timeout=30) == 0
+    wait_for(
+        lambda: [e for e in events(app, "charge_park") if e["account"] == "b"],
+        60,
+        message="b0 woken",
+    )
+    status = Parking(redis_client, prefix, "acct:b").status()
+    assert (status.parked, status.waits_for) == (2, SHARED)  # held, not promoted
+    open_gate(redis_client, prefix, "b", 0)
+    assert first.get(timeout=30) == 0
+    assert [result.get(timeout=30) for result in rest] == [1, 2]  # not after 120 s
+    history = events(app, "charge_park")
+    assert [(e["account"], e["n"]) for e in history if e["what"] == "start"] == [
+        ("a", 0),
+        ("b", 0),
+        ("b", 1),
+        ("b", 2),
+    ]
+    assert most_at_once(history) == 1
+    assert Parking(redis_client, prefix, "acct:b").status().waits_for is None

@@ -11,7 +11,7 @@ integer at ``<prefix>:shared-limit``), under the ``retry`` policy;
 ``RuntimeError`` after its start, with ``end="retry"`` its first run calls
 ``self.retry`` (after its start).
 
-Config ``listed_retry`` sets ``parking.arrival.LISTED_RETRY`` (how long a
+Config ``listed_retry`` sets ``parking.promotion.LISTED_RETRY`` (how long a
 parked head sent back by a full listed limit waits when nothing wakes it),
 so a test tells a wake-up from that fallback.  Fault points (the first
 process to pass one deletes ``<prefix>:fault:<point>`` and SIGKILLs
@@ -34,7 +34,7 @@ from typing import Any
 from celery import Celery
 
 from celery_redislock import Limit, SemaphoreTask
-from celery_redislock.parking import arrival
+from celery_redislock.parking import arrival, promotion
 
 from . import write_pid_when_ready
 from .basic import ENV_PREFIX, config_from_env, create_app
@@ -131,6 +131,6 @@ def _install_faults(prefix: str, rec: Any) -> None:
 if os.environ.get(ENV_PREFIX + "PREFIX"):
     app = create_listed_app(config_from_env())
     if os.environ.get(ENV_PREFIX + "LISTED_RETRY"):
-        arrival.LISTED_RETRY = float(os.environ[ENV_PREFIX + "LISTED_RETRY"])
+        promotion.LISTED_RETRY = float(os.environ[ENV_PREFIX + "LISTED_RETRY"])
     _install_faults(app.conf.redislock_prefix, app.recorder)  # type: ignore[attr-defined]
     write_pid_when_ready(ENV_PREFIX + "READY_FILE")

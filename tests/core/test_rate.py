@@ -258,6 +258,33 @@ def test_a_hold_for_one_listed_limit_is_left_alone_by_another(
     assert (status.parked, status.waits_for) == (1, "M")
     assert status.entries[0]["task_id"] == "t1"
     config = ParkConfig(deadline=5)
-    assert park.unhold(config, "L") == []
-    (promotion,) = park.unhold(config, "M")
+    assert park.unhold(config, "L", 5) == []
+    (promotion,) = park.unhold(config, "M", 5)
     assert promotion.task_id == "t1" and promotion.envelope == envelope
+
+
+def test_a_wake_up_promotes_one_and_holds_the_rest_until_a_release_finds_room(
+    redis_client: Any, prefix: str
+) -> None:
+    """A name (3 slots) with four tasks parked and held for listed limit M:
+    ``unhold`` for M promotes one and holds the other three for M again, so
+    the sweeper promotes nothing into a limit that would send them back;
+    a release that reports room in another limit leaves the hold; one that
+    reports 1 slot of M lifts it and promotes one, not as many as the
+    name's free slots."""
+    park = Parking(redis_client, prefix, "acct:w")
+    three = Capacity.semaphore(3)
+    for n in range(4):
+        park.park_at_head(f"t{n}", three, "{}", 0, 0, "t", NO_RATE, hold=30, waits_for="M")
+    config = ParkConfig(deadline=5)
+    (first,) = park.unhold(config, "M", 30)
+    status = park.status()
+    assert (status.parked, status.in_flight, status.waits_for) == (3, 1, "M")
+    assert park.promote(three, config) == []  # the sweeper: held
+    claimed = park.claim(first.task_id, first.token, "owner-1", 30, "{}", three, "t")
+    assert claimed.verdict is Verdict.HELD
+    held, promoted = park.release("owner-1", three, config, "t", room={"L": 2})
+    assert held and promoted == [] and park.status().waits_for == "M"
+    held, promoted = park.release("gone", three, config, "t", room={"M": 1})
+    assert not held and len(promoted) == 1 and park.status().waits_for is None
+    assert len(park.promote(three, config)) == 2  # the rest, now that nothing holds them

@@ -160,7 +160,7 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
         "t6", Capacity.semaphore(1), "{}", 0, 0, "task", NO_RATE, hold=5, waits_for=f"{name}-l"
     )
     assert held_back.count and held_back.wait == 0  # held, not paused
-    park.unhold(config, f"{name}-l")
+    park.unhold(config, f"{name}-l", 5)
     assert park.hold_for(f"{name}-l", 5)
     limit_keys = LeaseKeys(prefix, f"{name}-l")
     blocked = [limit_keys.blocked, limit_keys.blocked_limits]
@@ -169,8 +169,9 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     assert other.acquire()  # full: the name is noted
     assert scripts.LIMIT_BLOCK(redis_client, [*lease_keys, *blocked], [f"{name}-p", 1, 60_000, 0])
     other.release()
-    woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], [])
-    assert woken == [f"{name}-p".encode()]
+    woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], [1])
+    assert woken == [f"{name}-p".encode(), 0]
+    assert scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], [3]) == [b"", 3]
     park.status(count=10)
     park.drop("t2")
     assert park.where("t2", "1") == ("", "")

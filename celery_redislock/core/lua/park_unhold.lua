@@ -1,10 +1,13 @@
--- park_unhold.lua: lift the hold of a name's parked work for a listed limit
+-- park_unhold.lua: the wake-up of a name whose head waits for a listed
+-- limit that has room now: lift the hold of its parked work for that limit
 -- (PMETA lhold and lwait, set by park_head.lua for a run that the full
--- limit refused), if it is that limit's, and promote from its park list as
+-- limit refused), if it is that limit's, promote from its park list as
 -- park_promote.lua does, at most ARGV[4] tasks (its caller passes 1: one
--- slot of the limit came back): the wake-up of a name whose head waits for
--- a listed limit that has room now.  A hold for another limit stays
--- (nothing is promoted then).
+-- slot of the limit came back), and hold the rest for the limit again
+-- (ARGV[8] ms): the sweeper does not promote them into a limit that would
+-- send them back; the run's release lifts the hold when the limit has room
+-- (park_release.lua), a later wake-up promotes one more, or it ends.  A
+-- hold for another limit stays (nothing is promoted then).
 -- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] limit        as park_promote.lua's (0: the one last stored)
@@ -13,17 +16,24 @@
 -- ARGV[5] task         "" (each parked task is admitted by its own limit)
 -- ARGV[6] max_publishes  as park_promote.lua's
 -- ARGV[7] limit        the listed limit that has room
+-- ARGV[8] hold_ms      how long the rest is held for it again
 -- Returns as park_promote.lua: {due, kind, id, token, envelope, guard, ...}.
 
 --- @include "includes/next_due"
+--- @include "includes/now"
 --- @include "includes/park_keys"
 --- @include "includes/promote_parked"
 --- @include "includes/stored_limit"
 
-if redis.call('HGET', PMETA, 'lwait') == ARGV[7] then redis.call('HDEL', PMETA, 'lhold', 'lwait') end
+local lifted = redis.call('HGET', PMETA, 'lwait') == ARGV[7]
+if lifted then redis.call('HDEL', PMETA, 'lhold', 'lwait') end
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
   tonumber(ARGV[6]))
+if lifted and redis.call('ZCARD', PARK) > 0 then
+  hold_ms = NOW_MS + tonumber(ARGV[8])  -- rate_admits()'s read of the hold, for next_due()
+  redis.call('HSET', PMETA, 'lhold', hold_ms, 'lwait', ARGV[7])
+end
 out[1] = next_due(limit, state.n, parked)
 return out
