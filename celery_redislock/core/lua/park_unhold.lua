@@ -3,7 +3,8 @@
 -- (PMETA lhold and lwait, set by park_head.lua for a run that the full
 -- limit refused), if it is that limit's, promote from its park list as
 -- park_promote.lua does, at most ARGV[4] tasks (its caller passes 1: one
--- slot of the limit came back), and hold the rest for the limit again
+-- slot of the limit came back), and, if it promoted one (not an expired or
+-- unclaimed head, which it reports), hold the rest for the limit again
 -- (ARGV[8] ms): the sweeper does not promote them into a limit that would
 -- send them back; the run's release lifts the hold when the limit has room
 -- (park_release.lua), a later wake-up promotes one more, or it ends.  A
@@ -23,6 +24,7 @@
 --- @include "includes/now"
 --- @include "includes/park_keys"
 --- @include "includes/promote_parked"
+--- @include "includes/rate_admits"
 --- @include "includes/stored_limit"
 
 local lifted = redis.call('HGET', PMETA, 'lwait') == ARGV[7]
@@ -31,7 +33,7 @@ local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
   tonumber(ARGV[6]))
-if lifted and redis.call('ZCARD', PARK) > 0 then
+if lifted and out[2] == 'p' and redis.call('ZCARD', PARK) > 0 then
   hold_ms = NOW_MS + tonumber(ARGV[8])  -- rate_admits()'s read of the hold, for next_due()
   redis.call('HSET', PMETA, 'lhold', hold_ms, 'lwait', ARGV[7])
 end
