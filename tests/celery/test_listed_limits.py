@@ -207,6 +207,62 @@ def test_a_full_listed_limit_refuses_the_run_which_holds_nothing(
         assert holders(redis_client, prefix, name) == [], name
 
 
+def test_a_give_back_wakes_the_key_waiting_for_the_limit_given_back(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A run takes ``a-lim``, is refused by the full ``z-lim`` and gives
+    ``a-lim`` back: that give-back wakes the key noted as waiting for
+    ``a-lim`` (its parked task promoted: in flight, the note gone)."""
+    from celery_redislock.core.keys import LeaseKeys
+    from celery_redislock.core.scripts import LIMIT_BLOCK
+
+    a_lim, z_lim = f"a-{uuid.uuid4().hex[:6]}", f"z-{uuid.uuid4().hex[:6]}"
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="skip",
+        limits=[Limit(a_lim, 1), Limit(z_lim, 1)],
+    )
+    def report(account_id: int) -> None:
+        raise AssertionError("refused: the body never runs")
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=SemaphoreTask,
+        semaphore_key="acct:{k}",
+        semaphore_limit=1,
+    )
+    def waiting(k: str) -> None: ...
+
+    own = FairSemaphore(redis_client, "acct:w", 1, prefix=prefix)
+    assert own.acquire(blocking=False)
+    parked = waiting.delay("w")  # its key full: parked
+    parking = Parking(redis_client, prefix, "acct:w")
+    assert parking.status().parked == 1
+    own.release()  # a plain release: nothing promoted
+    assert parking.hold_for(a_lim, 120)
+    keys = LeaseKeys(prefix, a_lim)
+    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    blocker = FairSemaphore(redis_client, a_lim, 1, prefix=prefix)
+    assert blocker.acquire(blocking=False)
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:w", 1, 60_000, 0]) == 1
+    blocker.release()  # a plain release: no wake-up
+    full = FairSemaphore(redis_client, z_lim, 1, prefix=prefix)
+    assert full.acquire(blocking=False)
+    try:
+        report.apply((1,))
+    finally:
+        full.release()
+    status = parking.status(count=1)
+    assert (status.parked, status.in_flight) == (0, 1), status
+    assert [p["task_id"] for p in status.promoted] == [parked.id]
+    assert redis_client.zrange(keys.blocked, 0, -1) == []
+
+
 def test_a_listed_name_equal_to_the_own_key_fails_the_run_without_its_body(app: Celery) -> None:
     ran: list[int] = []
 

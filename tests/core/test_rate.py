@@ -288,3 +288,44 @@ def test_a_wake_up_promotes_one_and_holds_the_rest_until_a_release_finds_room(
     held, promoted = park.release("gone", three, config, "t", room={"M": 1})
     assert not held and len(promoted) == 1 and park.status().waits_for is None
     assert len(park.promote(three, config)) == 2  # the rest, now that nothing holds them
+
+
+def test_a_limit_wakes_the_oldest_noted_name_and_reports_room_only_when_none_waits(
+    redis_client: Any, prefix: str
+) -> None:
+    """``limit_wake.lua`` on a listed limit of 2: with a name noted and a slot
+    free, the name is woken (room 0: the slot is its); with none noted, the
+    free slots are reported (by the limit the caller passes, 0: not asked);
+    with a blocking waiter queued, nobody is woken and no room reported (the
+    waiter is handed the slot) and the noted name keeps its place."""
+    from celery_redislock.core.keys import LeaseKeys
+    from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_WAKE
+    from celery_redislock.core.semaphore import FairSemaphore
+
+    limit = f"shared-{uuid.uuid4().hex[:8]}"
+    keys = LeaseKeys(prefix, limit)
+    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    first, second, third = (
+        FairSemaphore(redis_client, limit, 2, ttl=30, prefix=prefix) for _ in range(3)
+    )
+    assert first.acquire(blocking=False) and second.acquire(blocking=False)
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 2, 60_000, 0]) == 1  # full: noted
+    first.release()
+    assert LIMIT_WAKE(redis_client, script_keys, [2]) == [b"acct:k", 0]
+    assert LIMIT_WAKE(redis_client, script_keys, [2]) == [b"", 1]
+    assert LIMIT_WAKE(redis_client, script_keys, [0]) == [b"", 0]
+
+    assert first.acquire(blocking=False)
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:j", 2, 60_000, 0]) == 1
+    waiter = threading.Thread(target=third.acquire, kwargs={"blocking": True, "timeout": 30})
+    waiter.start()
+    try:
+        wait_for(lambda: third.waiters(), 10, message="the waiter queued")
+        assert LIMIT_WAKE(redis_client, script_keys, [2]) == [b"", 0]
+        assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:j"]
+    finally:
+        second.release()  # hands the slot to the waiter
+        waiter.join(timeout=30)
+    assert not waiter.is_alive() and third.token is not None
+    for held in (first, third):
+        held.release()
