@@ -12,12 +12,19 @@ for the whole deployment.
                                         reached a worker by its deadline (the
                                         sweeper publishes them again)
 ``redislock_parked_keys``               keys with parked or promoted work
+``redislock_parked_keys_waiting_for``   keys whose parked work is held for a listed
+                                        limit (``limits=``), label ``limit`` too
 ======================================  ===========================================
 
 Labels ``task`` (the task name of a key's first holder, else of its first
 parked task) and ``kind`` (its ``lock`` / ``semaphore`` / ``rate``, as the
 exporter's app declares it, else as the key's entries show it, else
-``unknown``), never the key.  A key's limit is the one it runs by now
+``unknown``), never the key.  ``limit``: the listed limit as the task
+declares it (``Limit("stripe", 20)``: ``stripe``; ``Limit("region:{region}",
+50)``: ``region:{region}``, never the region; a callable key: its name;
+``unknown`` when the exporter's app does not know the task or the name fits
+several of its limits), so its values are bounded by the code, not by the
+data.  A key's limit is the one it runs by now
 (:mod:`.keyrows`: a run-time override's included); a rate key has no limit, so
 it is never at it.
 
@@ -36,6 +43,8 @@ those two gauges are not served), or a lock or semaphore taken outside a task
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,6 +83,38 @@ class RedisGauges:
             for (task, kind), value in sorted(values.items()):
                 family.add_metric([task, kind], value)
             yield family
+        waiting = GaugeMetricFamily(
+            "redislock_parked_keys_waiting_for",
+            "keys whose parked work is held for a listed limit",
+            labels=["task", "kind", "limit"],
+        )
+        for labels, value in sorted(self._waiting_values(parks).items()):
+            waiting.add_metric(list(labels), value)
+        yield waiting
+
+    def _waiting_values(self, parks: list[ParkStatus]) -> dict[tuple[str, str, str], float]:
+        values: dict[tuple[str, str, str], float] = {}
+        for status in parks:
+            if not status.waits_for:
+                continue
+            task = (status.entries or status.promoted or [{}])[0].get("task")
+            labels = (*self._labels(task, None), self._declared_limit(task, status.waits_for))
+            values[labels] = values.get(labels, 0) + 1
+        return values
+
+    def _declared_limit(self, task: Any, name: str) -> str:
+        """The listed limit of ``task`` that ``name`` was built from, as
+        declared: the one template it matches, else the one callable key,
+        else ``unknown``."""
+        listed = getattr(type(self.tasks.get(str(task))), "_redislock_listed", ())
+        keys = [limit.spec.key for limit in listed]
+        templates = [key for key in keys if isinstance(key, str) and _matches(key, name)]
+        if len(templates) == 1:
+            return templates[0]
+        callables = [key for key in keys if not isinstance(key, str)]
+        if not templates and len(callables) == 1:
+            return str(getattr(callables[0], "__name__", "callable"))
+        return "unknown"
 
     def _park_values(self, parks: list[ParkStatus]) -> list[tuple[str, str, dict[Labels, float]]]:
         parked: dict[Labels, float] = {}
@@ -146,3 +187,12 @@ class RedisGauges:
         if not declared and kind in ("lock", "semaphore", "rate"):
             declared = kind
         return name, str(declared or "unknown")
+
+
+def _matches(template: str, name: str) -> bool:
+    """Whether ``template`` (``"region:{region}"``) can build ``name``."""
+    pattern = "".join(
+        re.escape(literal) + ("" if field is None else ".*?")
+        for literal, field, _, _ in string.Formatter().parse(template)
+    )
+    return re.fullmatch(pattern, name, flags=re.DOTALL) is not None

@@ -10,6 +10,7 @@ including one killed mid-run.  The exporter's gauges are compared with
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -84,9 +85,10 @@ def served(port: int) -> dict[Any, float] | None:
 
 
 @contextlib.contextmanager
-def exporter(redis_url: str, prefix: str) -> Iterator[int]:
-    """``celery redislock exporter`` on a free port (yielded) for ``prefix``;
-    stopped with Ctrl-C at the end, which must exit 0 without a traceback."""
+def exporter(redis_url: str, prefix: str, module: str = "tests.celery_apps.basic") -> Iterator[int]:
+    """``celery redislock exporter -A module`` on a free port (yielded) for
+    ``prefix``; stopped with Ctrl-C at the end, which must exit 0 without a
+    traceback."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -94,7 +96,7 @@ def exporter(redis_url: str, prefix: str) -> Iterator[int]:
             "-m",
             "celery",
             "-A",
-            "tests.celery_apps.basic",
+            module,
             "redislock",
             "--url",
             redis_url,
@@ -283,3 +285,100 @@ def test_the_exporter_counts_slots_in_use_and_keys_at_their_limit(
             message="no slot in use once the runs ended",
         )
         assert sample(scrape(port), "redislock_keys_at_limit") == 0
+
+
+def envelope(task: str) -> str:
+    return json.dumps({"task": task, "headers": {}})
+
+
+def test_the_exporter_counts_keys_waiting_for_a_listed_limit_by_the_limit_declared(
+    redis_url: str,
+) -> None:
+    """``redislock_parked_keys_waiting_for``: keys whose parked work is held
+    for a listed limit, labelled with the limit as the task declares it (a
+    fixed name as is), from ``celery redislock exporter`` on the app that
+    declares it; a key of a task the app does not know: ``unknown``."""
+    from celery_redislock.core.rate import NO_RATE
+
+    prefix = f"x-{uuid.uuid4().hex[:12]}"
+    client = __import__("redis").Redis.from_url(redis_url)
+    for name, task in [
+        ("acct:a", "listed.charge_park"),
+        ("acct:b", "listed.charge_park"),
+        ("acct:c", "other.task"),
+    ]:
+        parked = Parking(client, prefix, name).park_at_head(
+            f"{name}-1", ONE_SLOT, envelope(task), 0, 0, task, NO_RATE, hold=120, waits_for="shared"
+        )
+        assert parked.count == 1
+    unheld = Parking(client, prefix, "acct:d")
+    charge = "listed.charge_park"
+    assert unheld.park_at_head("acct:d-1", ONE_SLOT, envelope(charge), 0, 0, charge, NO_RATE).count
+    with exporter(redis_url, prefix, "tests.celery_apps.listed") as port:
+        samples = wait_for(lambda: served(port), 60, message="the exporter")
+        name = "redislock_parked_keys_waiting_for"
+        assert sample(samples, name, task="listed.charge_park", limit="shared") == 2
+        assert sample(samples, name, task="other.task", limit="unknown") == 1
+        assert sample(samples, name) == 3
+        assert sample(samples, "redislock_parked_keys") == 4
+
+
+def test_a_templated_listed_limit_is_labelled_by_its_template_never_the_name(
+    redis_url: str,
+) -> None:
+    """The gauge's ``limit`` label for a templated listed limit is the
+    template (bounded), found by matching the name against each of the task's
+    limits; a name that fits none, or several, is ``unknown``."""
+    from celery import Celery
+
+    from celery_redislock import Limit, SemaphoreTask
+    from celery_redislock.admin.gauges import RedisGauges
+    from celery_redislock.core.rate import NO_RATE
+
+    app = Celery("gauges", broker="memory://", set_as_current=False)
+
+    def pool(region: str) -> str:
+        return f"pool-{region}"
+
+    @app.task(
+        name="g.sync",
+        shared=False,
+        base=SemaphoreTask,
+        semaphore_key="acct:{account}",
+        semaphore_limit=2,
+        limits=[Limit("region:{region}", 5), Limit("api", 9)],
+    )
+    def sync(account: str, region: str) -> None: ...
+
+    @app.task(
+        name="g.copy",
+        shared=False,
+        base=SemaphoreTask,
+        semaphore_key="acct:{account}",
+        semaphore_limit=2,
+        limits=[Limit(pool, 5)],
+    )
+    def copy(account: str, region: str) -> None: ...
+
+    prefix = f"x-{uuid.uuid4().hex[:12]}"
+    client = __import__("redis").Redis.from_url(redis_url)
+    for name, task, limit in [
+        ("acct:1", "g.sync", "region:eu"),
+        ("acct:2", "g.sync", "region:us"),
+        ("acct:3", "g.sync", "api"),
+        ("acct:4", "g.copy", "pool-eu"),
+    ]:
+        Parking(client, prefix, name).park_at_head(
+            f"{name}-1", ONE_SLOT, envelope(task), 0, 0, task, NO_RATE, hold=120, waits_for=limit
+        )
+    (family,) = [
+        f
+        for f in RedisGauges(client, prefix, dict(app.tasks)).collect()
+        if f.name == "redislock_parked_keys_waiting_for"
+    ]
+    counts = {(s.labels["task"], s.labels["limit"]): s.value for s in family.samples}
+    assert counts == {
+        ("g.sync", "region:{region}"): 2,
+        ("g.sync", "api"): 1,
+        ("g.copy", "pool"): 1,
+    }
