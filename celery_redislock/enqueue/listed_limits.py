@@ -50,9 +50,10 @@ __all__ = [
 ]
 
 #: the policies a task with ``limits`` may use: each gives a refused run up
-#: (skipped, failed, requeued) or parks it holding nothing, instead of
-#: waiting for the own key alone
-POLICIES_WITH_LIMITS = ("park", "skip", "raise", "retry")
+#: (skipped, failed, requeued), parks it or waits for the whole set in its
+#: process (``wait``), holding nothing while it waits; not ``keep_latest``,
+#: which coalesces and orders by the own key alone
+POLICIES_WITH_LIMITS = ("park", "skip", "raise", "retry", "wait")
 
 
 @dataclass(frozen=True)

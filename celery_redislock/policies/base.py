@@ -181,6 +181,14 @@ class Policy:
         """Run phase, after :meth:`acquire` returned False: end the run visibly (raise)."""
         raise NotImplementedError
 
+    def waits_for_listed(self, ctx: Context) -> bool:
+        """Run phase, a listed limit having refused the run: whether it waits
+        for the whole set in this process (everything given back, taken
+        again a little later, until ``wait_timeout``; never holding one
+        while it waits for another).  By default only an eager run of a
+        policy that :attr:`waits_when_eager`."""
+        return bool(ctx.request.is_eager) and self.waits_when_eager
+
     def refused_by_listed(self, ctx: Context) -> None:
         """Run phase: the run holds its own lease, and its listed limit
         ``ctx.refused_by`` refused it (it holds none of them).  By default the

@@ -25,9 +25,13 @@ class Wait(Policy):
     def acquire(self, ctx: Context) -> bool:
         return ctx.need_lease_set().acquire(blocking=True, timeout=ctx.wait_timeout)
 
+    def waits_for_listed(self, ctx: Context) -> bool:
+        """With ``limits=``: it waits for its own key in the queue, then for
+        the listed limits by looking again, holding nothing in between."""
+        return True
+
     def contended(self, ctx: Context) -> NoReturn:
-        fail(
-            ctx,
-            self.name,
-            f"{ctx.kind} {ctx.name!r} still held after waiting {ctx.wait_timeout} s (policy wait)",
-        )
+        held = f"{ctx.kind} {ctx.name!r} still held"
+        if ctx.refused_by is not None:
+            held = ctx.refusal
+        fail(ctx, self.name, f"{held} after waiting {ctx.wait_timeout} s (policy wait)")

@@ -85,7 +85,7 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
         if acquired and needs:
             listed_lost = lost_signal(task, request.id, kind="semaphore")
             acquired = _take_listed(ctx, needs, listed_lost)
-            if not acquired and request.is_eager and policy.waits_when_eager:
+            if not acquired and policy.waits_for_listed(ctx):
                 acquired = _wait_for_listed(ctx, policy, needs, listed_lost, started)
     except (RedisError, RedisClusterException) as exc:
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
@@ -136,16 +136,18 @@ def _take_listed(ctx: Context, needs: list[Need], on_lost: Any) -> bool:
 def _wait_for_listed(
     ctx: Context, policy: Policy, needs: list[Need], on_lost: Any, started: float
 ) -> bool:
-    """An eager run of a policy that waits when eager (no broker to come back
-    through), refused by a listed limit: give everything back, wait a little,
-    take the own slot and the listed limits again, until ``wait_timeout``.
+    """A run refused by a listed limit whose policy waits for it here
+    (``wait``; an eager ``park`` or ``retry``, with no broker to come back
+    through): give everything back, wait a little (:data:`LISTED_POLL`, or
+    the refusing rate's wait), take the own slot and the listed limits
+    again, until ``wait_timeout``.
     False: refused still, own lease held and ``ctx.refused_by`` set, or (its
     own slot refused) nothing held and ``ctx.refused_by`` None."""
     timeout = ctx.wait_timeout
     deadline = None if timeout is None else started + timeout
     try:
         while True:
-            pause = ctx.rate_wait if ctx.rate_wait is not None else EAGER_POLL
+            pause = ctx.rate_wait if ctx.rate_wait is not None else LISTED_POLL
             if deadline is not None and time.monotonic() + pause > deadline:
                 return False
             give_back([ctx.need_lease_set()])
@@ -161,8 +163,9 @@ def _wait_for_listed(
         ctx.wait_timeout = timeout
 
 
-#: how often an eager run waiting for a full listed limit looks again (seconds)
-EAGER_POLL = 0.05
+#: how often a run waiting in its process for a full listed limit looks
+#: again (seconds)
+LISTED_POLL = 0.05
 
 
 def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:

@@ -67,7 +67,6 @@ def holders(client: redis.Redis, prefix: str, name: str) -> list[Any]:
         ({"limits": [Limit("s", 2), Limit("s", 3)]}, ValueError, "names 's' twice"),
         ({"limits": [Limit("a:{account_id}", 2)]}, ValueError, "the task's own key"),
         ({"limits": [Limit("s", 2)], "lock_policy": "keep_latest"}, TypeError, "not combine"),
-        ({"limits": [Limit("s", 2)], "lock_policy": "wait"}, TypeError, "does not combine"),
     ],
 )
 def test_bad_limits_fail_at_decoration_naming_the_task(
@@ -122,7 +121,17 @@ def test_semaphore_task_takes_limits_with_its_default_policy_park(app: Celery) -
     assert [listed.keys.build((1,), {}) for listed in type(sync)._redislock_listed] == ["s"]
 
 
-def test_a_per_call_waiting_policy_is_refused_at_apply_async(app: Celery) -> None:
+def test_wait_combines_with_limits_per_task_and_per_call(app: Celery) -> None:
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="wait",
+        limits=[Limit("s", 2)],
+    )
+    def report(account_id: int) -> None: ...
+
     @app.task(
         name=unique_name(),
         shared=False,
@@ -130,10 +139,10 @@ def test_a_per_call_waiting_policy_is_refused_at_apply_async(app: Celery) -> Non
         lock_key="r:{account_id}",
         limits=[Limit("s", 2)],
     )
-    def report(account_id: int) -> None: ...
+    def other(account_id: int) -> None: ...
 
-    with pytest.raises(TypeError, match="lock_policy='wait' does not combine with limits"):
-        report.apply_async((1,), lock_policy="wait")
+    assert report.lock_policy == "wait"
+    assert other.apply_async((1,), lock_policy="wait").id
 
 
 # -- one run, all or none (in process, real Redis) --------------------------------
@@ -1110,3 +1119,34 @@ def test_a_woken_keys_held_tasks_follow_once_the_limit_has_room(
     ]
     assert most_at_once(history) == 1
     assert Parking(redis_client, prefix, "acct:b").status().waits_for is None
+
+
+def test_wait_blocks_for_the_whole_set_holding_nothing_and_times_out_naming_the_limit(
+    worker_app: Celery, start: Any, config: dict[str, str], redis_client: redis.Redis
+) -> None:
+    """``wait`` with a full listed limit (1): the run waits in its worker
+    process, taking its own slot and the limit again a little later, and
+    starts when the holder ends; one whose ``lock_wait_timeout`` passes
+    first fails with ``LockContended`` naming the listed limit.  While they
+    wait, the account's own key is free for another task of it."""
+    prefix = config["prefix"]
+    task = worker_app.tasks["listed.charge_wait"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    holder = task.delay("a", 0, gate=True)
+    wait_for(lambda: events(worker_app, "charge_wait"), 60, message="a0 started")
+    waiting = task.apply_async(("b", 0), {"duration": 0.1}, lock_wait_timeout=60)
+    late = task.apply_async(("c", 0), {"duration": 0.1}, lock_wait_timeout=1)
+    with pytest.raises(LockContended, match=r"listed limit 'shared' is full after waiting"):
+        late.get(timeout=60)
+    own = FairSemaphore(redis_client, "acct:b", 2, prefix=prefix)
+    taken = wait_for(lambda: own.acquire(blocking=False), 10, interval=0.01, message="b's key")
+    assert taken  # b's own key is not held while it waits for the shared limit
+    own.release()
+    open_gate(redis_client, prefix, "a", 0)
+    assert holder.get(timeout=60) == 0
+    assert waiting.get(timeout=60) == 0
+    starts = [e["account"] for e in events(worker_app, "charge_wait") if e["what"] == "start"]
+    assert starts == ["a", "b"]
+    assert most_at_once(events(worker_app, "charge_wait")) == 1
+    assert holders(redis_client, prefix, SHARED) == []

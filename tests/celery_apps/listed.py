@@ -3,7 +3,8 @@
 ``listed.charge(account_id, n)`` holds a slot of ``acct:<account_id>``
 (``semaphore_limit=2``) and of the listed limit ``shared`` (3, or the
 integer at ``<prefix>:shared-limit``), under the ``retry`` policy;
-``listed.charge_park`` the same under ``park``; ``listed.charge_rated``
+``listed.charge_park`` the same under ``park``, ``listed.charge_wait``
+under ``wait``; ``listed.charge_rated``
 (``park``) lists ``region`` instead: 100 slots, one start per 2 s.  Its body records ``start``
 (with the listed names its run holds) and ``end`` events into
 ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
@@ -93,6 +94,7 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         lock_retry_max=None,
         **common,
     )(charge)
+    app.task(name="listed.charge_wait", lock_policy="wait", **common)(charge)
     app.task(
         name="listed.charge_rated",
         **{**common, "limits": [Limit(REGION, 100, rate=0.5)]},
