@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .capacity import Capacity
@@ -393,18 +393,21 @@ class Parking:
         anything is parked; returns whether it was (``park_hold.lua``)."""
         return bool(self._call(PARK_HOLD, [_ms(seconds), limit])[0])
 
-    def unhold(self, config: ParkConfig, limit: str, hold: float) -> list[Promotion]:
+    def unhold(
+        self, config: ParkConfig, limit: str, hold: float = 0.0
+    ) -> tuple[list[Promotion], bool]:
         """Lift the hold :meth:`park_at_head` set for the listed limit
-        ``limit`` (not one for another limit), promote one parked task, as
-        :meth:`promote` does for the sweeper, and hold the rest for the limit
-        again for ``hold`` seconds (``park_unhold.lua``): one slot of the
-        limit came back, so one task, not as many as its own slots allow (the
-        others would be sent back by the limit)."""
+        ``limit`` (not one for another limit) and promote one parked task, as
+        :meth:`promote` does for the sweeper (``park_unhold.lua``): one slot
+        of the limit came back, so one task, not as many as its own slots
+        allow (the others would be sent back by the limit).  With ``hold``
+        (seconds), the rest is held for the limit again once one was
+        promoted.  Returns the promotions and whether it held the rest."""
         reply = self._call(
             PARK_UNHOLD,
-            [0, _ms(config.deadline), 1, "", config.max_publishes, limit, _ms(hold)],
+            [0, _ms(config.deadline), 1, "", config.max_publishes, limit, _ms(hold) if hold else 0],
         )
-        return _promotions(reply[1:])
+        return _promotions(reply[2:]), bool(reply[1])
 
     def release(
         self,
@@ -412,14 +415,10 @@ class Parking:
         capacity: Capacity | None,
         config: ParkConfig,
         task_name: str = "",
-        room: Mapping[str, int] | None = None,
     ) -> tuple[bool, list[Promotion]]:
         """Release ``owner``'s slot (as ``release.lua``) and promote into the
         freed slots (as :meth:`promote`), in one call; returns whether it held,
-        and the promotions.  ``room``: listed limits the run released that
-        have that many slots free and nobody waiting; a hold of the name's
-        parked work for one of them is lifted, and at most that many are
-        promoted (``park_release.lua`` ARGV[9])."""
+        and the promotions."""
         reply = self._call(
             PARK_RELEASE,
             [
@@ -430,7 +429,6 @@ class Parking:
                 PROMOTE_BATCH,
                 _field(task_name),
                 config.max_publishes,
-                json.dumps(dict(room)) if room else "",
             ],
         )
         return bool(reply[1]), _promotions(reply[2:])

@@ -22,18 +22,16 @@ from celery.exceptions import Ignore
 from redis.exceptions import RedisClusterException, RedisError
 
 from .. import signals
-from ..core.keys import lease_keys
 from ..core.leaseset import LeaseSet
 from ..core.owners import new_owner
 from ..core.park import Outcome, Parking, Verdict
 from ..core.rate import RateLimiter
-from ..core.scripts import LIMIT_BLOCK
 from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from . import promotion
 from .enqueue import NO_CHANGES
 from .message import envelope_of_request, expires_in, json_dumps
-from .promotion import promote, wake_name
+from .promotion import note_blocked, promote, wake_name
 
 if TYPE_CHECKING:
     from ..policies.base import Context
@@ -210,11 +208,6 @@ def _back_to_the_head(
     return StillPending(), False
 
 
-#: how long a limit's blocked set outlives its last note (a noted name whose
-#: hold ended is promoted by the sweeper anyway)
-BLOCKED_MEMORY_MS = 3_600_000
-
-
 def wait_for_a_limit(ctx: Context) -> StillPending:
     """A park-policy run whose own slot is held and whose listed limit
     ``ctx.refused_by`` refused it waits in its park, holding nothing; the
@@ -273,22 +266,20 @@ def note_waiting(
     asks of it (``asks``; ``limit_block.lua``), unless (``check``) the limit
     has room for that head now, a slot having come back between the
     refusal and the note, and no name noted before it: then the name is
-    woken at once (:func:`wake_name`).  The check and the note are one
-    script call, so a release of the limit either comes before it (and the
-    check sees the slot) or after it (and wakes the oldest noted name it has
-    room for).  A process that dies before the note, or a Redis error here,
-    leaves the task parked: its hold ends by itself.  ``in_flight``: slots
-    of the limit to count as taken besides its holders (a name just woken
-    for the slot a run gave back, on its way to take it)."""
+    woken at once (:func:`wake_name`; the rest of its parked work held for
+    the limit when its name is the same for every call of the task).  The
+    check and the note are one script call
+    (:func:`~celery_redislock.parking.promotion.note_blocked`).  A process
+    that dies before the note, or a Redis error here, leaves the task
+    parked: its hold ends by itself.  ``in_flight``: slots of the limit to
+    count as taken besides its holders (a name just woken for the slot a run
+    gave back, on its way to take it)."""
     try:
-        keys = lease_keys(lease_set.keys.prefix, limit)
-        noted = LIMIT_BLOCK(
-            lease_set.client,
-            [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
-            [lease_set.name, asks, BLOCKED_MEMORY_MS, in_flight],
-        )
-        if not int(noted):
-            wake_name(task.app, lease_set.name, limit)
+        if not note_blocked(
+            lease_set.client, lease_set.keys.prefix, lease_set.name, limit, asks, in_flight
+        ):
+            holds_the_rest = limit in type(task)._redislock_listed_fixed
+            wake_name(task.app, lease_set.name, limit, asks if holds_the_rest else None, in_flight)
     except (RedisError, RedisClusterException) as exc:
         log.warning(
             "%s[%s]: could not note that %r waits for %r (%r); it is tried again in %g s",

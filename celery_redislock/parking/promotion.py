@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -24,7 +24,7 @@ from ..core.capacity import Capacity
 from ..core.keys import lease_keys
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
-from ..core.scripts import LIMIT_WAKE, text
+from ..core.scripts import LIMIT_BLOCK, LIMIT_WAKE, text
 from ..enqueue import dedupe
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for, settings_for
@@ -194,23 +194,18 @@ def _dropped(
     )
 
 
-def releaser(
-    task: Any, lease_set: LeaseSet, limit: int, room: Mapping[str, int] | None = None
-) -> Callable[[str], bool]:
+def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool]:
     """The release of a park-policy run (for ``LeaseSet.release_through``):
     the slot is given back and the parked tasks are promoted into it in one
-    call, then published (``room``: as :meth:`Parking.release`'s).  A
-    failed release raises (the caller logs it; the lease frees within its
-    ttl and the sweeper promotes); a failed publish is logged (the sweeper
-    re-publishes after the deadline)."""
+    call, then published.  A failed release raises (the caller logs it; the
+    lease frees within its ttl and the sweeper promotes); a failed publish is
+    logged (the sweeper re-publishes after the deadline)."""
 
     capacity = capacity_of(task, limit)
 
     def release(owner: str) -> bool:
         parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
-        held, promotions = parking.release(
-            owner, capacity, settings_for(task.app).park, task.name, room
-        )
+        held, promotions = parking.release(owner, capacity, settings_for(task.app).park, task.name)
         try:
             _publish_all(task.app, parking, promotions, capacity, task.name)
         except RedisError as exc:
@@ -266,55 +261,84 @@ def discarded_by_worker(
         )
 
 
-class Woken(NamedTuple):
-    """What :func:`wake_waiting_for` did: whether a woken name published a
-    task, and, when no name waits, the slots of the limit free (as the
-    releasing run asked it; 0 when not asked)."""
-
-    published: bool
-    room: int
-
-
-def wake_waiting_for(app: Any, limit: str, asks: int = 0) -> Woken:
+def wake_waiting_for(app: Any, limit: str, holds_the_rest: bool = False) -> bool:
     """After a slot of ``limit`` came back (or might have): wake the oldest
     name whose parked head waits for it as a listed limit
     (``limit_wake.lua`` takes it out of the limit's blocked set only while
-    its head would be admitted by its own limit; ``park_unhold.lua`` lifts
-    the name's hold for this limit, promotes one task and holds the rest
-    again).  A woken name that promotes nothing (its own slots full, its
+    its head would be admitted by its own limit; :func:`wake_name` promotes
+    one task).  A woken name that promotes nothing (its own slots full, its
     park empty, a hold for another limit) does not use the slot up: the
-    next one is woken.  ``asks``: the releasing run's limit of ``limit``,
-    for the room it reports when no name waits."""
+    next one is woken.  ``holds_the_rest``: the limit's name is the same for
+    every call of the releasing task (the woken name's next tasks need it
+    too), so the woken name's other parked tasks stay held for it.  Returns
+    whether a task was published."""
     client, settings = client_for(app)
     keys = lease_keys(settings.prefix, limit)
     for _ in range(WAKE_TRIES):
-        name, room = LIMIT_WAKE(
-            client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [asks]
-        )
-        if not name:
-            return Woken(False, int(room))
-        if wake_name(app, text(name), limit):
-            return Woken(True, 0)
-    return Woken(False, 0)
+        woken = LIMIT_WAKE(client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [])
+        if not woken:
+            return False
+        asks = int(woken[1]) if holds_the_rest else None
+        if wake_name(app, text(woken[0]), limit, asks):
+            return True
+    return False
 
 
-def wake_name(app: Any, name: str, limit: str) -> bool:
-    """Lift ``name``'s hold for the listed limit ``limit``, promote one of its
-    parked tasks and hold the rest for the limit again
-    (``park_unhold.lua``; for :data:`LISTED_RETRY` seconds at most); returns
-    whether a task was published."""
+def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_flight: int = 0) -> bool:
+    """Lift ``name``'s hold for the listed limit ``limit`` and promote one of
+    its parked tasks (``park_unhold.lua``); returns whether a task was
+    published.  With ``asks`` (the limit its head asks of ``limit``), the
+    rest of its parked work stays held for the limit (:data:`LISTED_RETRY`
+    at most) and the name is noted again behind the names waiting for it
+    (:func:`note_blocked`, counting the tasks promoted and ``in_flight`` as
+    taking their slots): so the next release that reaches it promotes one
+    more, and if the limit has room for one more now, one more is promoted
+    at once (up to :data:`WAKE_TRIES`)."""
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
-    promotions = parking.unhold(settings.park, limit, LISTED_RETRY)
-    return bool(_publish_all(app, parking, promotions, None))
+    hold = LISTED_RETRY if asks is not None else 0.0
+    published = False
+    for _ in range(WAKE_TRIES):
+        promotions, held_again = parking.unhold(settings.park, limit, hold)
+        published = bool(_publish_all(app, parking, promotions, None)) or published
+        if asks is None or not held_again:
+            return published
+        in_flight += 1
+        if note_blocked(client, settings.prefix, name, limit, asks, in_flight):
+            return published
+    return published
+
+
+def note_blocked(
+    client: Any, prefix: str, name: str, limit: str, asks: int, in_flight: int = 0
+) -> bool:
+    """Note ``name`` in the listed limit ``limit``'s blocked set with the
+    limit its head asks of it (``asks``; ``limit_block.lua``), unless the
+    limit has room for that head now and no name is queued or noted before
+    it; returns whether it was noted (False: the caller wakes it).  The
+    check and the note are one script call, so a release of the limit
+    either comes before it (and the check sees the slot) or after it (and
+    wakes the oldest noted name it has room for).  ``in_flight``: slots of
+    the limit to count as taken besides its holders (tasks just promoted
+    for it, on their way to take them)."""
+    keys = lease_keys(prefix, limit)
+    noted = LIMIT_BLOCK(
+        client,
+        [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
+        [name, asks, BLOCKED_MEMORY_MS, in_flight],
+    )
+    return bool(int(noted))
 
 
 #: how long a name's parked work is held for a listed limit when nothing
 #: lifts the hold first: after a full limit sent its head back (a release of
 #: the limit wakes it; a holder that died where no process sees it frees by
-#: its ttl), and after a wake-up promoted one task (its run's release lifts
-#: the hold when the limit has room, or makes way)
+#: its ttl), and after a wake-up promoted one task (the name is noted again:
+#: the next release of the limit that reaches it promotes one more)
 LISTED_RETRY = 5.0
+#: how long a limit's blocked set outlives its last note (a noted name whose
+#: hold ended is promoted by the sweeper anyway)
+BLOCKED_MEMORY_MS = 3_600_000
 
 
 #: names woken at most per :func:`wake_waiting_for` (each that promoted

@@ -54,9 +54,7 @@ class Context:
         ``lease_set`` (the one the slot is given back through) and ``limit``
         (the name's limit now, or the one the dead run held its slot with).
         ``request`` is the run's request when the run itself releases, None
-        when the worker's main process releases for a dead child.  ``room``:
-        the listed limits the run released that have that many slots free
-        and no name waiting (``park`` lifts its name's hold for one of them).
+        when the worker's main process releases for a dead child.
         ``call`` is empty, ``send`` and ``wait_timeout`` None.
     """
 
@@ -78,8 +76,6 @@ class Context:
     refused_by: str | None = None
     #: the limit this run asked of it (as passed: an override of it applies)
     refused_limit: int | None = None
-    #: at release: listed limit -> its slots free, where no name waits for it
-    room: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:

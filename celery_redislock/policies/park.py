@@ -74,7 +74,7 @@ class Park(Policy):
 
     def releaser(self, ctx: Context) -> Callable[[str], bool]:
         task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
-        return releaser(task, lease_set, limit, ctx.room)
+        return releaser(task, lease_set, limit)
 
     def make_way(self, ctx: Context, woke: Sequence[LeaseSet]) -> None:
         """Hold the name's parked work for the first of ``woke`` that every

@@ -39,7 +39,6 @@ from ..settings import client_for
 
 __all__ = [
     "lease_set_of",
-    "names_without_rate",
     "needs_of",
     "renewal_names",
     "take_all",
@@ -145,22 +144,10 @@ def _give_back_and_wake(task: Any, held: Sequence[LeaseSet]) -> None:
     give_back(held)
     for lease_set in held:
         try:
-            wake_waiting_for(task.app, lease_set.name)
+            fixed = lease_set.name in type(task)._redislock_listed_fixed
+            wake_waiting_for(task.app, lease_set.name, fixed)
         except Exception as exc:  # its hold ends by itself
             log.warning("could not wake the names waiting for %r (%r)", lease_set.name, exc)
-
-
-def names_without_rate(task: Any, args: Any, kwargs: Any) -> frozenset[str]:
-    """The listed names a run with these arguments holds whose limit has no
-    rate (a slot free there admits a start; under a rate it may not)."""
-    names = set()
-    for listed in type(task)._redislock_listed:
-        if listed.spec.rate is None:
-            try:
-                names.add(listed.keys.build(args or (), kwargs or {}))
-            except Exception:
-                continue
-    return frozenset(names)
 
 
 def renewal_names(task: Any, args: Any, kwargs: Any) -> list[str]:

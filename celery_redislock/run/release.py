@@ -24,7 +24,7 @@ from ..core.rate import NO_RATE
 from ..enqueue import dedupe
 from ..enqueue.listed_limits import Need
 from ..enqueue.options import HEADER_POLICY
-from ..parking.promotion import Woken, wake_waiting_for
+from ..parking.promotion import wake_waiting_for
 from ..policies import POLICIES, Context, check_policy
 from . import listed_leases
 
@@ -119,40 +119,29 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     (before the own one: a run of the same key that takes the freed own
     slot finds them free too)."""
     woke: list[LeaseSet] = []  # listed limits whose slot went to a name that waited
-    room: dict[str, int] = {}  # listed limits with room and nobody waiting
     try:
-        listed = getattr(request, "redislock_listed", None) or ()
-        unrated = listed_leases.names_without_rate(task, request.args, request.kwargs)
-        for held in listed:
+        for held in getattr(request, "redislock_listed", None) or ():
             if held.token is not None:
                 release_run(task, request.id, held, reason, kind="semaphore")
-                woken = _wake(task, held)
-                if woken.published:
+                if _wake(task, held.name):
                     woke.append(held)
-                elif woken.room > 0 and held.name in unrated:
-                    room[held.name] = woken.room
     finally:
         if lease_set.token is not None:  # else released already (by retry())
-            _release_own(task, request, lease_set, reason, woke, room)
+            _release_own(task, request, lease_set, reason, woke)
 
 
-def _wake(task: Any, held: LeaseSet) -> Woken:
+def _wake(task: Any, limit: str) -> bool:
     """A listed limit's slot came back: wake a name whose parked head waits
-    for it; or, when none does, say how many slots of it are free."""
+    for it; returns whether one was woken."""
     try:
-        return wake_waiting_for(task.app, held.name, held.limit)
+        return wake_waiting_for(task.app, limit, limit in type(task)._redislock_listed_fixed)
     except Exception as exc:  # its hold ends by itself; the run's own outcome stands
-        log.warning("%s: could not wake the names waiting for %r (%r)", task.name, held.name, exc)
-        return Woken(False, 0)
+        log.warning("%s: could not wake the names waiting for %r (%r)", task.name, limit, exc)
+        return False
 
 
 def _release_own(
-    task: Any,
-    request: Any,
-    lease_set: LeaseSet,
-    reason: str,
-    woke: list[LeaseSet],
-    room: dict[str, int],
+    task: Any, request: Any, lease_set: LeaseSet, reason: str, woke: list[LeaseSet]
 ) -> None:
     try:
         limit = task.redislock_limit(request.args, request.kwargs)
@@ -169,7 +158,6 @@ def _release_own(
         limit=limit,
         request=request,
         lease_set=lease_set,
-        room=room,
     )
     if woke:
         try:
@@ -243,7 +231,7 @@ def _release_dead_listed(
                 task, task_id, pid, reader, owners, "semaphore", reason
             )
             if owners:
-                wake_waiting_for(task.app, name)
+                wake_waiting_for(task.app, name, name in type(task)._redislock_listed_fixed)
         except (RedisError, RedisClusterException) as exc:
             log.error(
                 "%s[%s]: could not release %r of its dead process %d (%r); it expires "

@@ -1150,3 +1150,77 @@ def test_wait_blocks_for_the_whole_set_holding_nothing_and_times_out_naming_the_
     assert starts == ["a", "b"]
     assert most_at_once(events(worker_app, "charge_wait")) == 1
     assert holders(redis_client, prefix, SHARED) == []
+
+
+def test_a_woken_key_is_noted_again_so_another_keys_release_reaches_it(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Shared limit 2, held by a0 and c0.  Key b (own limit 2) waits with two
+    tasks; a0's release wakes it: b0 is promoted, b1 held for the limit and
+    b noted again.  c0's release then reaches b and promotes b1, which runs
+    beside b0 (the fallback is 120 s here)."""
+    config = worker_config(redis_url, listed_retry="120")
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    redis_client.set(f"{prefix}:shared-limit", 2)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    a0 = task.delay("a", 0, gate=True)
+    c0 = task.delay("c", 0, gate=True)
+    wait_for(lambda: len(events(app, "charge_park")) == 2, 60, message="a0 and c0 started")
+    b0 = task.delay("b", 0, gate=True)
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
+    b1 = task.delay("b", 1, duration=0.1)
+    wait_for(
+        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 2,
+        60,
+        message="b0 and b1 parked",
+    )
+    open_gate(redis_client, prefix, "a", 0)
+    assert a0.get(timeout=30) == 0
+    wait_for(
+        lambda: [e for e in events(app, "charge_park") if e["account"] == "b"],
+        60,
+        message="b0 woken",
+    )
+    assert blocked(redis_client, prefix) == ["acct:b"]  # noted again, for b1
+    assert Parking(redis_client, prefix, "acct:b").status().waits_for == SHARED
+    open_gate(redis_client, prefix, "c", 0)
+    assert c0.get(timeout=30) == 0
+    assert b1.get(timeout=30) == 1  # while b0 still runs: c0's release reached b
+    open_gate(redis_client, prefix, "b", 0)
+    assert b0.get(timeout=30) == 0
+    assert most_at_once(events(app, "charge_park")) == 2
+
+
+def test_a_key_woken_for_a_templated_limit_does_not_hold_its_other_tasks(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """``Limit("region:{region}", 1)``: b0 (eu) waits for region:eu; b1 (us)
+    parks behind it.  a0's release of region:eu wakes b: b0 is promoted,
+    and b1, which needs another region, is not held for region:eu (only a
+    limit whose name is the same for every call holds the rest): it runs
+    while b0 still does."""
+    config = worker_config(redis_url, listed_retry="120")
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_region"]
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    eu_blocked = f"{prefix}:{{region:eu}}:blocked"
+    a0 = task.apply_async(("a", 0), {"gate": True, "region": "eu"})
+    wait_for(lambda: events(app, "charge_region"), 60, message="a0 started")
+    b0 = task.apply_async(("b", 0), {"gate": True, "region": "eu"})
+    wait_for(lambda: redis_client.zrange(eu_blocked, 0, -1) == [b"acct:b"], 60, message="noted")
+    b1 = task.apply_async(("b", 1), {"duration": 0.1, "region": "us"})
+    wait_for(
+        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 2,
+        60,
+        message="b0 and b1 parked",
+    )
+    open_gate(redis_client, prefix, "a", 0)
+    assert a0.get(timeout=30) == 0
+    assert b1.get(timeout=30) == 1  # while b0 still runs
+    open_gate(redis_client, prefix, "b", 0)
+    assert b0.get(timeout=30) == 0
+    starts = [(e["account"], e["n"]) for e in events(app, "charge_region") if e["what"] == "start"]
+    assert starts == [("a", 0), ("b", 0), ("b", 1)]

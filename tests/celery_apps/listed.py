@@ -4,7 +4,8 @@
 (``semaphore_limit=2``) and of the listed limit ``shared`` (3, or the
 integer at ``<prefix>:shared-limit``), under the ``retry`` policy;
 ``listed.charge_park`` the same under ``park``, ``listed.charge_wait``
-under ``wait``; ``listed.charge_rated``
+under ``wait``, ``listed.charge_region`` (``park``) lists the templated
+``region:{region}`` (1 slot) instead; ``listed.charge_rated``
 (``park``) lists ``region`` instead: 100 slots, one start per 2 s.  Its body records ``start``
 (with the listed names its run holds) and ``end`` events into
 ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
@@ -59,6 +60,7 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         gate: bool = False,
         duration: float = 0.2,
         end: str = "",
+        region: str = "eu",
     ) -> int:
         listed = [lease.name for lease in self.request.redislock_listed]
         rec.event(self, "all", "start", account=account_id, n=n, listed=listed)
@@ -96,6 +98,10 @@ def create_listed_app(config: dict[str, str]) -> Celery:
     )(charge)
     app.task(name="listed.charge_wait", lock_policy="wait", **common)(charge)
     app.task(
+        name="listed.charge_region",
+        **{**common, "limits": [Limit("region:{region}", 1)]},
+    )(charge)
+    app.task(
         name="listed.charge_rated",
         **{**common, "limits": [Limit(REGION, 100, rate=0.5)]},
     )(charge)
@@ -109,7 +115,7 @@ def _install_faults(prefix: str, rec: Any) -> None:
 
     back_to_the_head = arrival._back_to_the_head
     note_waiting = arrival.note_waiting
-    block = arrival.LIMIT_BLOCK
+    block = promotion.LIMIT_BLOCK
 
     def parked(*args: Any, **kwargs: Any) -> Any:
         pending = back_to_the_head(*args, **kwargs)
@@ -127,7 +133,7 @@ def _install_faults(prefix: str, rec: Any) -> None:
 
     arrival._back_to_the_head = parked  # type: ignore[assignment]
     arrival.note_waiting = released  # type: ignore[assignment]
-    arrival.LIMIT_BLOCK = noted  # type: ignore[assignment]
+    promotion.LIMIT_BLOCK = noted  # type: ignore[assignment]
 
 
 if os.environ.get(ENV_PREFIX + "PREFIX"):

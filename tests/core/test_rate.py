@@ -258,46 +258,45 @@ def test_a_hold_for_one_listed_limit_is_left_alone_by_another(
     assert (status.parked, status.waits_for) == (1, "M")
     assert status.entries[0]["task_id"] == "t1"
     config = ParkConfig(deadline=5)
-    assert park.unhold(config, "L", 5) == []
-    (promotion,) = park.unhold(config, "M", 5)
+    assert park.unhold(config, "L") == ([], False)
+    (promotion,), _ = park.unhold(config, "M")
     assert promotion.task_id == "t1" and promotion.envelope == envelope
 
 
-def test_a_wake_up_promotes_one_and_holds_the_rest_until_a_release_finds_room(
+def test_a_wake_up_promotes_one_and_holds_the_rest_for_the_limit_again(
     redis_client: Any, prefix: str
 ) -> None:
     """A name (3 slots) with four tasks parked and held for listed limit M:
-    ``unhold`` for M promotes one and holds the other three for M again, so
-    the sweeper promotes nothing into a limit that would send them back;
-    a release that reports room in another limit leaves the hold; one that
-    reports 1 slot of M lifts it and promotes one, not as many as the
-    name's free slots."""
+    ``unhold`` for M with a hold promotes one and holds the other three for
+    M again (says so), so the sweeper promotes nothing into a limit that
+    would send them back; the next wake-up promotes one more; one without a
+    hold promotes one and lifts the hold, and the sweeper fills the rest."""
     park = Parking(redis_client, prefix, "acct:w")
     three = Capacity.semaphore(3)
     for n in range(4):
         park.park_at_head(f"t{n}", three, "{}", 0, 0, "t", NO_RATE, hold=30, waits_for="M")
     config = ParkConfig(deadline=5)
-    (first,) = park.unhold(config, "M", 30)
+    (first,), held_again = park.unhold(config, "M", 30)
+    assert held_again and first.task_id == "t3"  # each went back to the head
     status = park.status()
     assert (status.parked, status.in_flight, status.waits_for) == (3, 1, "M")
     assert park.promote(three, config) == []  # the sweeper: held
-    claimed = park.claim(first.task_id, first.token, "owner-1", 30, "{}", three, "t")
-    assert claimed.verdict is Verdict.HELD
-    held, promoted = park.release("owner-1", three, config, "t", room={"L": 2})
-    assert held and promoted == [] and park.status().waits_for == "M"
-    held, promoted = park.release("gone", three, config, "t", room={"M": 1})
-    assert not held and len(promoted) == 1 and park.status().waits_for is None
-    assert len(park.promote(three, config)) == 2  # the rest, now that nothing holds them
+    (second,), held_again = park.unhold(config, "M", 30)
+    assert held_again and second.task_id == "t2"
+    (third,), held_again = park.unhold(config, "M")  # no hold: lifted
+    assert not held_again and third.task_id == "t1"
+    assert park.status().waits_for is None
+    assert [p.task_id for p in park.promote(three, config)] == []  # 3 in flight: full
+    assert park.status().parked == 1
 
 
-def test_a_limit_wakes_the_oldest_noted_name_and_reports_room_only_when_none_waits(
+def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     redis_client: Any, prefix: str
 ) -> None:
     """``limit_wake.lua`` on a listed limit of 2: with a name noted and a slot
-    free, the name is woken (room 0: the slot is its); with none noted, the
-    free slots are reported (by the limit the caller passes, 0: not asked);
-    with a blocking waiter queued, nobody is woken and no room reported (the
-    waiter is handed the slot) and the noted name keeps its place."""
+    free, the name is woken, with the limit its head asked; with none noted,
+    nobody; with a blocking waiter queued, nobody is woken (the waiter is
+    handed the slot) and the noted name keeps its place."""
     from celery_redislock.core.keys import LeaseKeys
     from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_WAKE
     from celery_redislock.core.semaphore import FairSemaphore
@@ -310,10 +309,10 @@ def test_a_limit_wakes_the_oldest_noted_name_and_reports_room_only_when_none_wai
     )
     assert first.acquire(blocking=False) and second.acquire(blocking=False)
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 2, 60_000, 0]) == 1  # full: noted
+    assert LIMIT_WAKE(redis_client, script_keys, []) == []  # noted, but no room
     first.release()
-    assert LIMIT_WAKE(redis_client, script_keys, [2]) == [b"acct:k", 0]
-    assert LIMIT_WAKE(redis_client, script_keys, [2]) == [b"", 1]
-    assert LIMIT_WAKE(redis_client, script_keys, [0]) == [b"", 0]
+    assert LIMIT_WAKE(redis_client, script_keys, []) == [b"acct:k", 2]
+    assert LIMIT_WAKE(redis_client, script_keys, []) == []
 
     assert first.acquire(blocking=False)
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:j", 2, 60_000, 0]) == 1
@@ -321,7 +320,7 @@ def test_a_limit_wakes_the_oldest_noted_name_and_reports_room_only_when_none_wai
     waiter.start()
     try:
         wait_for(lambda: third.waiters(), 10, message="the waiter queued")
-        assert LIMIT_WAKE(redis_client, script_keys, [2]) == [b"", 0]
+        assert LIMIT_WAKE(redis_client, script_keys, []) == []
         assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:j"]
     finally:
         second.release()  # hands the slot to the waiter

@@ -13,11 +13,6 @@
 -- ARGV[6] max          most promotions in this call (bounds the reply)
 -- ARGV[7] task         the releasing run's task name
 -- ARGV[8] max_publishes  as park_promote.lua's ARGV[6]
--- ARGV[9] room         "" or a JSON object {listed limit: slots free}: the
---                      limits the run released that have room and nobody
---                      waiting (limit_wake.lua); a hold of the name's parked
---                      work for one of them (PMETA lwait) is lifted, and at
---                      most that many are promoted
 -- Returns {due, held, kind, id, token, envelope, guard, ...}: held as release.lua's
 -- reply; the rest as park_promote.lua's; due -2 when nothing was parked or
 -- in flight before this call (so the name has no index entry to update: on
@@ -36,18 +31,9 @@ if not pending then
   -- entry and no PMETA (see next_due()), so there is nothing to update.
   return {-2, held}
 end
-local most = tonumber(ARGV[6])
-if ARGV[9] ~= '' then
-  local waits_for = redis.call('HGET', PMETA, 'lwait')
-  local room = waits_for and cjson.decode(ARGV[9])[waits_for]
-  if room then
-    redis.call('HDEL', PMETA, 'lhold', 'lwait')
-    most = math.min(most, room)
-  end
-end
 local limit = stored_limit(tonumber(ARGV[4]))
 local out = {0, held}
-local state, parked = promote_parked(limit, tonumber(ARGV[5]), most, out, ARGV[7],
+local state, parked = promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7],
   tonumber(ARGV[8]))
 out[1] = next_due(limit, state.n, parked)
 return out

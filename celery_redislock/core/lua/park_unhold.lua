@@ -1,14 +1,15 @@
 -- park_unhold.lua: the wake-up of a name whose head waits for a listed
 -- limit that has room now: lift the hold of its parked work for that limit
 -- (PMETA lhold and lwait, set by park_head.lua for a run that the full
--- limit refused), if it is that limit's, promote from its park list as
+-- limit refused), if it is that limit's, and promote from its park list as
 -- park_promote.lua does, at most ARGV[4] tasks (its caller passes 1: one
--- slot of the limit came back), and, if it promoted one (not an expired or
--- unclaimed head, which it reports), hold the rest for the limit again
--- (ARGV[8] ms): the sweeper does not promote them into a limit that would
--- send them back; the run's release lifts the hold when the limit has room
--- (park_release.lua), a later wake-up promotes one more, or it ends.  A
--- hold for another limit stays (nothing is promoted then).
+-- slot of the limit came back).  With ARGV[8] > 0, once it promoted one
+-- (not an expired or unclaimed head, which it reports) and work is still
+-- parked, the rest is held for the limit again for that long: the sweeper
+-- does not promote it into a limit that would send it back, and the caller
+-- notes the name again behind the names waiting (limit_block.lua), so the
+-- next release of the limit that reaches it promotes one more.  A hold for
+-- another limit stays (nothing is promoted then).
 -- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] limit        as park_promote.lua's (0: the one last stored)
@@ -17,8 +18,9 @@
 -- ARGV[5] task         "" (each parked task is admitted by its own limit)
 -- ARGV[6] max_publishes  as park_promote.lua's
 -- ARGV[7] limit        the listed limit that has room
--- ARGV[8] hold_ms      how long the rest is held for it again
--- Returns as park_promote.lua: {due, kind, id, token, envelope, guard, ...}.
+-- ARGV[8] hold_ms      how long the rest is held for it again (0: not held)
+-- Returns {due, held_again, kind, id, token, envelope, guard, ...}: due and
+-- the rest as park_promote.lua's; held_again 1 if the rest is held again.
 
 --- @include "includes/next_due"
 --- @include "includes/now"
@@ -30,12 +32,14 @@
 local lifted = redis.call('HGET', PMETA, 'lwait') == ARGV[7]
 if lifted then redis.call('HDEL', PMETA, 'lhold', 'lwait') end
 local limit = stored_limit(tonumber(ARGV[2]))
-local out = {0}
+local out = {0, 0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
   tonumber(ARGV[6]))
-if lifted and out[2] == 'p' and redis.call('ZCARD', PARK) > 0 then
-  hold_ms = NOW_MS + tonumber(ARGV[8])  -- rate_admits()'s read of the hold, for next_due()
+local hold_for = tonumber(ARGV[8])
+if lifted and hold_for > 0 and out[3] == 'p' and redis.call('ZCARD', PARK) > 0 then
+  hold_ms = NOW_MS + hold_for  -- rate_admits()'s read of the hold, for next_due()
   redis.call('HSET', PMETA, 'lhold', hold_ms, 'lwait', ARGV[7])
+  out[2] = 1
 end
 out[1] = next_due(limit, state.n, parked)
 return out
