@@ -1224,3 +1224,45 @@ def test_a_key_woken_for_a_templated_limit_does_not_hold_its_other_tasks(
     assert b0.get(timeout=30) == 0
     starts = [(e["account"], e["n"]) for e in events(app, "charge_region") if e["what"] == "start"]
     assert starts == [("a", 0), ("b", 0), ("b", 1)]
+
+
+def test_a_child_killed_after_waking_a_key_leaves_its_held_tasks_to_the_hold(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """a0 holds the shared limit (1); b0 and b1 wait.  a0's release wakes b
+    (b0 promoted and published, b1 held for the limit again) and the child
+    is killed before it notes b again: b0 runs, and b1 runs once the hold
+    ends (2 s here); each once, one at a time."""
+    config = worker_config(redis_url, listed_retry="2")
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    redis_client.set(f"{prefix}:shared-limit", 1)
+    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
+    a0 = task.delay("a", 0, gate=True)
+    wait_for(lambda: events(app, "charge_park"), 60, message="a0 started")
+    b = [task.delay("b", 0, duration=0.1)]
+    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
+    b.append(task.delay("b", 1, duration=0.1))
+    wait_for(
+        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 2,
+        60,
+        message="b0 and b1 parked",
+    )
+    redis_client.set(f"{prefix}:fault:listed_woken", 1)
+    open_gate(redis_client, prefix, "a", 0)
+    wait_for(
+        lambda: not redis_client.exists(f"{prefix}:fault:listed_woken"), 60, message="the kill"
+    )
+    with pytest.raises(Exception, match=r"(?i)worker"):
+        a0.get(timeout=60)  # its child died in its release
+    assert [result.get(timeout=60) for result in b] == [0, 1]
+    history = events(app, "charge_park")
+    starts = [(e["account"], e["n"]) for e in history if e["what"] == "start"]
+    assert starts == [("a", 0), ("b", 0), ("b", 1)]
+    assert most_at_once(history) == 1
+    wait_for(
+        lambda: not holders(redis_client, prefix, SHARED) and not blocked(redis_client, prefix),
+        30,
+        message="nothing held or noted",
+    )

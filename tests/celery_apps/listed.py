@@ -20,7 +20,9 @@ process to pass one deletes ``<prefix>:fault:<point>`` and SIGKILLs
 itself): ``listed_parked`` (back at the head of its park, its own slot not
 given back yet), ``listed_released`` (own slot given back, the name not
 noted in the limit's blocked set), ``listed_noted`` (noted, or found the
-limit with room, and not woken yet).
+limit with room, and not woken yet), ``listed_woken`` (a release woke a
+key: one task promoted and published, the rest held again, the key not
+noted again yet).
 
 Run as ``celery -A tests.celery_apps.listed worker`` with the basic app's
 ``REDISLOCK_TEST_*`` environment (see :mod:`tests.celery_apps.basic`).
@@ -116,6 +118,7 @@ def _install_faults(prefix: str, rec: Any) -> None:
     back_to_the_head = arrival._back_to_the_head
     note_waiting = arrival.note_waiting
     block = promotion.LIMIT_BLOCK
+    note_again = promotion.note_blocked
 
     def parked(*args: Any, **kwargs: Any) -> Any:
         pending = back_to_the_head(*args, **kwargs)
@@ -131,7 +134,12 @@ def _install_faults(prefix: str, rec: Any) -> None:
         kill_at("listed_noted")
         return reply
 
+    def woken(*args: Any, **kwargs: Any) -> Any:  # promoted one, the rest held again
+        kill_at("listed_woken")
+        return note_again(*args, **kwargs)
+
     arrival._back_to_the_head = parked  # type: ignore[assignment]
+    promotion.note_blocked = woken  # type: ignore[assignment]
     arrival.note_waiting = released  # type: ignore[assignment]
     promotion.LIMIT_BLOCK = noted  # type: ignore[assignment]
 
