@@ -758,367 +758,7 @@ def test_a_listed_lease_is_renewed_while_the_body_outlives_its_ttl(
     assert lost == []
 
 
-# -- park: waiting in Redis for a listed limit --------------------------------------
-
-
-def parked_waiting_for(app: Celery, task_id: str, limit: str = SHARED) -> bool:
-    return any(
-        s["signal"] == "redislock_parked"
-        and s.get("task_id") == task_id
-        and s.get("where") == "limit"
-        and s.get("waits_for") == limit
-        for s in app.recorder.signals()  # type: ignore[attr-defined]
-    )
-
-
-def blocked(client: redis.Redis, prefix: str) -> list[str]:
-    return [m.decode() for m in client.zrange(f"{prefix}:{{{SHARED}}}:blocked", 0, -1)]
-
-
-def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release(
-    start: Any, redis_url: str, redis_client: redis.Redis
-) -> None:
-    """Per-account cap 2 and shared cap 3 under ``park``, on two prefork
-    workers: the run the shared cap refuses goes back to its park (PARKED,
-    naming the limit), holding nothing, and the release of a shared slot
-    wakes it (the fallback retry is 120 s here: only a wake-up can start it
-    in time); then a skewed backlog never exceeds either cap, and light
-    accounts run beside the heavy one."""
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-
-    gated = [("heavy", 0), ("heavy", 1), ("light", 0), ("light", 1)]
-    results = {}
-    for call in gated:  # one after the other: the fourth is the one refused
-        results[call] = task.delay(*call, gate=True)
-        if len(results) < len(gated):
-            wait_for(
-                lambda: (
-                    sum(e["what"] == "start" for e in events(app, "charge_park")) == len(results)
-                ),
-                60,
-                message=f"{len(results)} runs",
-            )
-    wait_for(
-        lambda: parked_waiting_for(app, results[("light", 1)].id), 60, message="parked, waiting"
-    )
-    assert results[("light", 1)].state == "PARKED"
-    assert results[("light", 1)].info["waits_for"] == SHARED
-    # noted once its own slot is given back, after the PARKED it announced
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:light"], 60, message="noted")
-    status = Parking(redis_client, prefix, "acct:light").status(count=1)
-    assert status.waits_for == SHARED and status.parked == 1
-    assert "waits for listed limit 'shared'" in format_parked([status])[0]
-    assert "acct:light  [parked]" in cli(app, "status")
-    assert "waits for listed limit 'shared'" in cli(app, "status")
-    [row] = [r for r in json.loads(cli(app, "status", "--json"))["parked"] if r["parked"]]
-    assert (row["name"], row["waits_for"]) == ("acct:light", SHARED)
-    assert len(holders(redis_client, prefix, SHARED)) == 3
-    assert len(holders(redis_client, prefix, "acct:light")) == 1  # its own slot given back
-    open_gate(redis_client, prefix, "heavy", 0)
-    wait_for(
-        lambda: any(e["n"] == 1 and e["account"] == "light" for e in events(app, "charge_park")),
-        60,
-        message="the waiting run woken by the release",
-    )
-    assert blocked(redis_client, prefix) == []
-    for call in gated:
-        open_gate(redis_client, prefix, *call)
-    for result in results.values():
-        assert result.get(timeout=60) in (0, 1)
-
-    calls = [("heavy", n) for n in range(2, 14)] + [(a, n) for a in ("l1", "l2") for n in range(3)]
-    for result in [task.delay(*call, duration=0.2) for call in calls]:
-        result.get(timeout=180)
-    history = events(app, "charge_park")
-    starts = [e for e in history if e["what"] == "start"]
-    assert len(starts) == len(gated) + len(calls)  # each ran once
-    assert len({(e["account"], e["n"]) for e in starts}) == len(starts)
-    assert most_at_once(history) <= 3
-    for account in ("heavy", "light", "l1", "l2"):
-        assert most_at_once(history, account) <= 2, account
-    last_heavy = max(e["t"] for e in starts if e["account"] == "heavy")
-    for light in ("l1", "l2"):
-        assert min(e["t"] for e in starts if e["account"] == light) < last_heavy, light
-    assert holders(redis_client, prefix, SHARED) == []
-
-
-@pytest.mark.parametrize("point", ["listed_parked", "listed_released", "listed_noted"])
-def test_a_child_killed_while_its_run_goes_back_to_wait_for_a_limit(
-    start: Any, redis_url: str, redis_client: redis.Redis, point: str
-) -> None:
-    """The child dies at each step of going back to the park for a full
-    listed limit: the task is neither lost nor run twice, and the limit is
-    never exceeded (it runs once the hold ends, 2 s here, or a release
-    wakes it)."""
-    config = worker_config(redis_url, listed_retry="2")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    redis_client.set(f"{prefix}:shared-limit", 1)
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
-    holder = task.delay("a", 0, gate=True)
-    wait_for(lambda: events(app, "charge_park"), 60, message="the holder started")
-    redis_client.set(f"{prefix}:fault:{point}", 1)
-    waiting = task.delay("b", 0, duration=0.1)
-    wait_for(lambda: not redis_client.exists(f"{prefix}:fault:{point}"), 60, message="the kill")
-    open_gate(redis_client, prefix, "a", 0)
-    assert holder.get(timeout=60) == 0
-    assert waiting.get(timeout=60) == 0
-    history = events(app, "charge_park")
-    assert [e["account"] for e in history if e["what"] == "start"] == ["a", "b"]
-    assert most_at_once(history) == 1
-    wait_for(
-        lambda: (
-            not holders(redis_client, prefix, "acct:b")
-            and not holders(redis_client, prefix, SHARED)
-        ),
-        30,
-        message="nothing held",
-    )
-
-
-def test_a_head_waits_for_a_slot_its_own_limit_admits(
-    start: Any, redis_url: str, redis_client: redis.Redis
-) -> None:
-    """Two runs hold the shared limit at 3; the limit is lowered to 2 for new
-    calls: the next call's head waits (noted once, not woken while the
-    holders are as many as its own limit allows, so no promote-and-refuse
-    loop), and runs once one holder ends."""
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-    holding = [task.delay(account, 0, gate=True) for account in ("a", "b")]
-    wait_for(lambda: len(events(app, "charge_park")) == 2, 60, message="two holders")
-    redis_client.set(f"{prefix}:shared-limit", 2)
-    waiting = task.delay("c", 0, duration=0.1)
-    wait_for(lambda: parked_waiting_for(app, waiting.id), 60, message="c parked, waiting")
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:c"], 60, message="c noted")
-    open_gate(redis_client, prefix, "a", 0)
-    assert waiting.get(timeout=60) == 0
-    parked = [
-        s
-        for s in app.recorder.signals()  # type: ignore[attr-defined]
-        if s["signal"] == "redislock_parked" and s.get("task_id") == waiting.id
-    ]
-    assert len(parked) == 1, parked  # sent back once, woken once
-    open_gate(redis_client, prefix, "b", 0)
-    for result in holding:
-        assert result.get(timeout=60) == 0
-    assert most_at_once(events(app, "charge_park")) <= 2 + 1  # 2 old holders, then c beside b
-
-
-def test_a_whole_worker_killed_while_holding_wakes_the_key_waiting_for_its_limit(
-    start: Any, redis_url: str, redis_client: redis.Redis
-) -> None:
-    """The worker whose run holds the shared limit is killed whole; another
-    worker on the machine gives the dead run's slots back (the dead-holder
-    path), and that release wakes the key whose head waits for the limit
-    (its fallback retry is 120 s here, its lease ttl 30 s)."""
-    from tests.celery.test_park import stated_names
-
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    redis_client.set(f"{prefix}:shared-limit", 1)
-    doomed = start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
-    task.delay("a", 0, gate=True)
-    wait_for(lambda: events(app, "charge_park"), 60, message="the holder started")
-    wait_for(lambda: SHARED in stated_names(app), 30, message="its lease stated")
-    waiting = task.delay("b", 0, duration=0.1)
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
-    doomed.kill()
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
-    assert waiting.get(timeout=25) == 0  # well before the 30 s ttl and the 120 s fallback
-    history = events(app, "charge_park")
-    assert [e["account"] for e in history if e["what"] == "start"] == ["a", "b"]
-
-
-def test_keys_waiting_for_a_shared_limit_take_turns(
-    start: Any, redis_url: str, redis_client: redis.Redis
-) -> None:
-    """Shared limit 1, two accounts with work parked: when a run ends and
-    its slot of the shared limit goes to the other account's waiting head,
-    its own account's next task is held and its account noted behind (it
-    makes way), so the accounts alternate: j0, k0, j1, k1."""
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    redis_client.set(f"{prefix}:shared-limit", 1)
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-    first = task.delay("j", 0, gate=True)
-    wait_for(lambda: events(app, "charge_park"), 60, message="j0 started")
-    k0 = task.delay("k", 0, duration=0.1)
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:k"], 60, message="k noted")
-    rest = [task.delay("k", 1, duration=0.1)]
-    wait_for(
-        lambda: Parking(redis_client, prefix, "acct:k").status().parked == 2,
-        60,
-        message="k0 and k1 parked",
-    )
-    rest.append(task.delay("j", 1, duration=0.1))
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:k", "acct:j"], 60, message="j too")
-    open_gate(redis_client, prefix, "j", 0)
-    for result in [first, k0, *rest]:
-        assert result.get(timeout=60) in (0, 1)
-    starts = [(e["account"], e["n"]) for e in events(app, "charge_park") if e["what"] == "start"]
-    assert starts == [("j", 0), ("k", 0), ("j", 1), ("k", 1)]
-    # k1 was held while j1 had the turn: never promoted only to be sent back
-    assert not parked_waiting_for(app, rest[0].id)
-
-
-def test_a_child_killed_while_holding_wakes_the_key_waiting_for_its_limit(
-    start: Any, redis_url: str, redis_client: redis.Redis
-) -> None:
-    """The child whose run holds the shared limit (1) is SIGKILLed; its
-    worker's main process gives the slot back, and that release wakes the
-    key whose head waits for the limit (its fallback retry is 120 s here,
-    its lease ttl 30 s)."""
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    redis_client.set(f"{prefix}:shared-limit", 1)
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
-    doomed = task.delay("a", 0, gate=True)
-    (first,) = wait_for(lambda: events(app, "charge_park"), 60, message="the holder started")
-    waiting = task.delay("b", 0, duration=0.1)
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
-    os.kill(first["pid"], signal.SIGKILL)
-    assert waiting.get(timeout=25) == 0  # before the 30 s ttl and the 120 s fallback
-    with pytest.raises(Exception, match=r"(?i)worker"):
-        doomed.get(timeout=60)
-    history = events(app, "charge_park")
-    assert [e["account"] for e in history if e["what"] == "start"] == ["a", "b"]
-    assert blocked(redis_client, prefix) == []
-
-
-def test_park_holds_a_key_refused_by_a_listed_rate_until_the_rate_admits_it(
-    start: Any, redis_url: str, redis_client: redis.Redis
-) -> None:
-    """A listed limit with a rate (one start per 2 s): the second account's
-    run is refused by the rate, goes back to its park naming the limit, and
-    starts once the rate admits it, not after the 120 s fallback; it is
-    not noted as waiting for a slot (the limit has room)."""
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_rated"]
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
-    first = task.delay("a", 0, duration=0.1)
-    wait_for(lambda: events(app, "charge_rated"), 60, message="the first run started")
-    second = task.delay("b", 0, duration=0.1)
-    wait_for(lambda: parked_waiting_for(app, second.id, REGION), 60, message="parked for the rate")
-    assert second.info["waits_for"] == REGION
-    assert first.get(timeout=60) == 0
-    assert second.get(timeout=30) == 0
-    starts = [e for e in events(app, "charge_rated") if e["what"] == "start"]
-    assert [e["account"] for e in starts] == ["a", "b"]
-    assert starts[1]["t"] - starts[0]["t"] > 1.0  # one start per 2 s: not at once
-    assert not redis_client.exists(f"{prefix}:{{{REGION}}}:blocked")
-
-
-def test_a_woken_run_killed_leaves_its_keys_other_tasks_to_run_after_the_hold(
-    start: Any, redis_url: str, redis_client: redis.Redis
-) -> None:
-    """A release of the shared limit (1) wakes key b: one task promoted, the
-    other held for the limit.  The woken run's child is SIGKILLed: its
-    slots are given back by the main process, and b's held task runs once
-    the hold ends (2 s here), never beside another run of the limit."""
-    config = worker_config(redis_url, listed_retry="2")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    redis_client.set(f"{prefix}:shared-limit", 1)
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-    holder = task.delay("a", 0, gate=True)
-    wait_for(lambda: events(app, "charge_park"), 60, message="a0 started")
-    doomed = task.delay("b", 0, gate=True)
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
-    rest = task.delay("b", 1, duration=0.1)
-    wait_for(
-        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 2,
-        60,
-        message="b0 and b1 parked",
-    )
-    open_gate(redis_client, prefix, "a", 0)
-    assert holder.get(timeout=60) == 0
-    woken = wait_for(
-        lambda: [e for e in events(app, "charge_park") if e["account"] == "b"],
-        60,
-        message="b0 woken",
-    )
-    assert [e["n"] for e in woken] == [0]
-    status = Parking(redis_client, prefix, "acct:b").status()
-    assert (status.parked, status.waits_for) == (1, SHARED)  # b1 held, not promoted
-    killed_at = time.time()
-    os.kill(woken[0]["pid"], signal.SIGKILL)
-    with pytest.raises(Exception, match=r"(?i)worker"):
-        doomed.get(timeout=60)
-    assert rest.get(timeout=60) == 1
-    history = events(app, "charge_park")
-    assert [(e["account"], e["n"]) for e in history if e["what"] == "start"] == [
-        ("a", 0),
-        ("b", 0),
-        ("b", 1),
-    ]
-    a_ended = next(e["t"] for e in history if e["what"] == "end" and e["account"] == "a")
-    b_starts = [e["t"] for e in history if e["what"] == "start" and e["account"] == "b"]
-    assert a_ended <= b_starts[0] and killed_at <= b_starts[1]  # one run of the limit at a time
-
-
-def test_a_woken_keys_held_tasks_follow_once_the_limit_has_room(
-    start: Any, redis_url: str, redis_client: redis.Redis
-) -> None:
-    """A release of the shared limit (1) wakes key b: one task promoted, the
-    other two held for the limit.  When that run ends and no key waits, its
-    release finds the limit's slot free and lifts b's hold: b's next task
-    starts at once, not when the hold ends (120 s here)."""
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    redis_client.set(f"{prefix}:shared-limit", 1)
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-    holder = task.delay("a", 0, gate=True)
-    wait_for(lambda: events(app, "charge_park"), 60, message="a0 started")
-    first = task.delay("b", 0, gate=True)
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
-    rest = [task.delay("b", n, duration=0.1) for n in (1, 2)]
-    wait_for(
-        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 3,
-        60,
-        message="b0, b1 and b2 parked",
-    )
-    open_gate(redis_client, prefix, "a", 0)
-    assert holder.get(timeout=30) == 0
-    wait_for(
-        lambda: [e for e in events(app, "charge_park") if e["account"] == "b"],
-        60,
-        message="b0 woken",
-    )
-    status = Parking(redis_client, prefix, "acct:b").status()
-    assert (status.parked, status.waits_for) == (2, SHARED)  # held, not promoted
-    open_gate(redis_client, prefix, "b", 0)
-    assert first.get(timeout=30) == 0
-    assert [result.get(timeout=30) for result in rest] == [1, 2]  # not after 120 s
-    history = events(app, "charge_park")
-    assert [(e["account"], e["n"]) for e in history if e["what"] == "start"] == [
-        ("a", 0),
-        ("b", 0),
-        ("b", 1),
-        ("b", 2),
-    ]
-    assert most_at_once(history) == 1
-    assert Parking(redis_client, prefix, "acct:b").status().waits_for is None
+# -- wait: waiting in the worker process for the whole set --------------------------
 
 
 def test_wait_blocks_for_the_whole_set_holding_nothing_and_times_out_naming_the_limit(
@@ -1152,6 +792,376 @@ def test_wait_blocks_for_the_whole_set_holding_nothing_and_times_out_naming_the_
     assert holders(redis_client, prefix, SHARED) == []
 
 
+# -- park: waiting in Redis for a listed limit --------------------------------------
+
+
+def parked_waiting_for(app: Celery, task_id: str, limit: str = SHARED) -> bool:
+    return any(
+        s["signal"] == "redislock_parked"
+        and s.get("task_id") == task_id
+        and s.get("where") == "limit"
+        and s.get("waits_for") == limit
+        for s in app.recorder.signals()  # type: ignore[attr-defined]
+    )
+
+
+def blocked(client: redis.Redis, prefix: str, limit: str = SHARED) -> list[str]:
+    return [m.decode() for m in client.zrange(f"{prefix}:{{{limit}}}:blocked", 0, -1)]
+
+
+class Scene:
+    """One park test's world: a config of its own prefix (``listed_retry``:
+    how long a held key waits when nothing wakes it; 120 s tells a wake-up
+    from that fallback), the listed app and one of its tasks, the shared
+    limit (``shared``: None, 3), and the reads and waits the tests share.
+    Workers are started with :meth:`worker`."""
+
+    def __init__(
+        self,
+        start: Any,
+        redis_url: str,
+        client: redis.Redis,
+        task: str = "charge_park",
+        listed_retry: str = "120",
+        shared: int | None = None,
+    ) -> None:
+        self._start = start
+        self.config = worker_config(redis_url, listed_retry=listed_retry)
+        self.prefix = self.config["prefix"]
+        self.client = client
+        self.app = create_listed_app(self.config)
+        self.name = task
+        self.task = self.app.tasks[f"listed.{task}"]
+        if shared is not None:
+            client.set(f"{self.prefix}:shared-limit", shared)
+
+    def worker(self, concurrency: int = 4) -> Any:
+        return self._start(
+            self.config, module="tests.celery_apps.listed", pool="prefork", concurrency=concurrency
+        )
+
+    def call(self, account: str, n: int, **kwargs: Any) -> Any:
+        return self.task.apply_async((account, n), kwargs)
+
+    def events(self) -> list[dict[str, Any]]:
+        return events(self.app, self.name)
+
+    def starts(self) -> list[tuple[str, int]]:
+        return [(e["account"], e["n"]) for e in self.events() if e["what"] == "start"]
+
+    def wait_started(self, *calls: tuple[str, int]) -> list[dict[str, Any]]:
+        """Wait until each of ``calls`` started; their start events."""
+        found: list[dict[str, Any]] = wait_for(
+            lambda: (
+                [
+                    e
+                    for e in self.events()
+                    if e["what"] == "start" and (e["account"], e["n"]) in calls
+                ]
+                if set(calls) <= set(self.starts())
+                else []
+            ),
+            60,
+            message=f"{calls} started",
+        )
+        return found
+
+    def wait_noted(self, *accounts: str, limit: str = SHARED) -> None:
+        names = [f"acct:{a}" for a in accounts]
+        wait_for(
+            lambda: blocked(self.client, self.prefix, limit) == names,
+            60,
+            message=f"{names} noted",
+        )
+
+    def wait_parked(self, account: str, count: int) -> None:
+        wait_for(
+            lambda: self.status(account).parked == count,
+            60,
+            message=f"{count} parked of {account}",
+        )
+
+    def status(self, account: str) -> Any:
+        return Parking(self.client, self.prefix, f"acct:{account}").status(count=1)
+
+    def open(self, account: str, n: int = 0) -> None:
+        open_gate(self.client, self.prefix, account, n)
+
+    def holders(self, name: str) -> list[Any]:
+        return holders(self.client, self.prefix, name)
+
+    def wait_nothing_held(self, *names: str) -> None:
+        wait_for(
+            lambda: not any(self.holders(name) for name in names),
+            30,
+            message=f"nothing held of {names}",
+        )
+
+
+def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Per-account cap 2 and shared cap 3 under ``park``, on two prefork
+    workers: the run the shared cap refuses goes back to its park (PARKED,
+    naming the limit), holding nothing, and the release of a shared slot
+    wakes it (the fallback retry is 120 s here: only a wake-up can start it
+    in time); then a skewed backlog never exceeds either cap, and light
+    accounts run beside the heavy one."""
+    scene = Scene(start, redis_url, redis_client)
+    app = scene.app
+    scene.worker()
+    scene.worker()
+
+    gated = [("heavy", 0), ("heavy", 1), ("light", 0), ("light", 1)]
+    results = {}
+    for call in gated:  # one after the other: the fourth is the one refused
+        results[call] = scene.call(*call, gate=True)
+        if len(results) < len(gated):
+            scene.wait_started(*results)
+    waiting = results[("light", 1)]
+    wait_for(lambda: parked_waiting_for(app, waiting.id), 60, message="parked, waiting")
+    assert waiting.state == "PARKED"
+    assert waiting.info["waits_for"] == SHARED
+    scene.wait_noted("light")  # once its own slot is given back, after the PARKED
+    status = scene.status("light")
+    assert status.waits_for == SHARED and status.parked == 1
+    assert "waits for listed limit 'shared'" in format_parked([status])[0]
+    assert "acct:light  [parked]" in cli(app, "status")
+    assert "waits for listed limit 'shared'" in cli(app, "status")
+    [row] = [r for r in json.loads(cli(app, "status", "--json"))["parked"] if r["parked"]]
+    assert (row["name"], row["waits_for"]) == ("acct:light", SHARED)
+    assert len(scene.holders(SHARED)) == 3
+    assert len(scene.holders("acct:light")) == 1  # its own slot given back
+    scene.open("heavy", 0)
+    scene.wait_started(("light", 1))  # woken by the release
+    assert blocked(redis_client, scene.prefix) == []
+    for call in gated:
+        scene.open(*call)
+    for result in results.values():
+        assert result.get(timeout=60) in (0, 1)
+
+    calls = [("heavy", n) for n in range(2, 14)] + [(a, n) for a in ("l1", "l2") for n in range(3)]
+    for result in [scene.call(*call, duration=0.2) for call in calls]:
+        result.get(timeout=180)
+    history = scene.events()
+    starts = [e for e in history if e["what"] == "start"]
+    assert len(starts) == len(gated) + len(calls)  # each ran once
+    assert len({(e["account"], e["n"]) for e in starts}) == len(starts)
+    assert most_at_once(history) <= 3
+    for account in ("heavy", "light", "l1", "l2"):
+        assert most_at_once(history, account) <= 2, account
+    last_heavy = max(e["t"] for e in starts if e["account"] == "heavy")
+    for light in ("l1", "l2"):
+        assert min(e["t"] for e in starts if e["account"] == light) < last_heavy, light
+    assert scene.holders(SHARED) == []
+
+
+@pytest.mark.parametrize("point", ["listed_parked", "listed_released", "listed_noted"])
+def test_a_child_killed_while_its_run_goes_back_to_wait_for_a_limit(
+    start: Any, redis_url: str, redis_client: redis.Redis, point: str
+) -> None:
+    """The child dies at each step of going back to the park for a full
+    listed limit: the task is neither lost nor run twice, and the limit is
+    never exceeded (it runs once the hold ends, 2 s here, or a release
+    wakes it)."""
+    scene = Scene(start, redis_url, redis_client, listed_retry="2", shared=1)
+    scene.worker(concurrency=2)
+    holder = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    fault = f"{scene.prefix}:fault:{point}"
+    redis_client.set(fault, 1)
+    waiting = scene.call("b", 0, duration=0.1)
+    wait_for(lambda: not redis_client.exists(fault), 60, message="the kill")
+    scene.open("a")
+    assert holder.get(timeout=60) == 0
+    assert waiting.get(timeout=60) == 0
+    assert scene.starts() == [("a", 0), ("b", 0)]
+    assert most_at_once(scene.events()) == 1
+    scene.wait_nothing_held("acct:b", SHARED)
+
+
+def test_a_head_waits_for_a_slot_its_own_limit_admits(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Two runs hold the shared limit at 3; the limit is lowered to 2 for new
+    calls: the next call's head waits (noted once, not woken while the
+    holders are as many as its own limit allows, so no promote-and-refuse
+    loop), and runs once one holder ends."""
+    scene = Scene(start, redis_url, redis_client)
+    scene.worker()
+    holding = [scene.call(account, 0, gate=True) for account in ("a", "b")]
+    scene.wait_started(("a", 0), ("b", 0))
+    redis_client.set(f"{scene.prefix}:shared-limit", 2)
+    waiting = scene.call("c", 0, duration=0.1)
+    wait_for(lambda: parked_waiting_for(scene.app, waiting.id), 60, message="c parked, waiting")
+    scene.wait_noted("c")
+    scene.open("a")
+    assert waiting.get(timeout=60) == 0
+    parked = [
+        s
+        for s in scene.app.recorder.signals()  # type: ignore[attr-defined]
+        if s["signal"] == "redislock_parked" and s.get("task_id") == waiting.id
+    ]
+    assert len(parked) == 1, parked  # sent back once, woken once
+    scene.open("b")
+    for result in holding:
+        assert result.get(timeout=60) == 0
+    assert most_at_once(scene.events()) <= 2 + 1  # 2 old holders, then c beside b
+
+
+def test_a_whole_worker_killed_while_holding_wakes_the_key_waiting_for_its_limit(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The worker whose run holds the shared limit is killed whole; another
+    worker on the machine gives the dead run's slots back (the dead-holder
+    path), and that release wakes the key whose head waits for the limit
+    (its fallback retry is 120 s here, its lease ttl 30 s)."""
+    from tests.celery.test_park import stated_names
+
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    doomed = scene.worker(concurrency=2)
+    scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    wait_for(lambda: SHARED in stated_names(scene.app), 30, message="its lease stated")
+    waiting = scene.call("b", 0, duration=0.1)
+    scene.wait_noted("b")
+    doomed.kill()
+    scene.worker(concurrency=2)
+    assert waiting.get(timeout=25) == 0  # well before the 30 s ttl and the 120 s fallback
+    assert scene.starts() == [("a", 0), ("b", 0)]
+
+
+def test_keys_waiting_for_a_shared_limit_take_turns(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Shared limit 1, two accounts with work parked: when a run ends and
+    its slot of the shared limit goes to the other account's waiting head,
+    its own account's next task is held and its account noted behind (it
+    makes way), so the accounts alternate: j0, k0, j1, k1."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    scene.worker()
+    first = scene.call("j", 0, gate=True)
+    scene.wait_started(("j", 0))
+    k0 = scene.call("k", 0, duration=0.1)
+    scene.wait_noted("k")
+    rest = [scene.call("k", 1, duration=0.1)]
+    scene.wait_parked("k", 2)
+    rest.append(scene.call("j", 1, duration=0.1))
+    scene.wait_noted("k", "j")
+    scene.open("j")
+    for result in [first, k0, *rest]:
+        assert result.get(timeout=60) in (0, 1)
+    assert scene.starts() == [("j", 0), ("k", 0), ("j", 1), ("k", 1)]
+    # k1 was held while j1 had the turn: never promoted only to be sent back
+    assert not parked_waiting_for(scene.app, rest[0].id)
+
+
+def test_a_child_killed_while_holding_wakes_the_key_waiting_for_its_limit(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The child whose run holds the shared limit (1) is SIGKILLed; its
+    worker's main process gives the slot back, and that release wakes the
+    key whose head waits for the limit (its fallback retry is 120 s here,
+    its lease ttl 30 s)."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    scene.worker(concurrency=2)
+    doomed = scene.call("a", 0, gate=True)
+    (first,) = scene.wait_started(("a", 0))
+    waiting = scene.call("b", 0, duration=0.1)
+    scene.wait_noted("b")
+    os.kill(first["pid"], signal.SIGKILL)
+    assert waiting.get(timeout=25) == 0  # before the 30 s ttl and the 120 s fallback
+    with pytest.raises(Exception, match=r"(?i)worker"):
+        doomed.get(timeout=60)
+    assert scene.starts() == [("a", 0), ("b", 0)]
+    assert blocked(redis_client, scene.prefix) == []
+
+
+def test_park_holds_a_key_refused_by_a_listed_rate_until_the_rate_admits_it(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A listed limit with a rate (one start per 2 s): the second account's
+    run is refused by the rate, goes back to its park naming the limit, and
+    starts once the rate admits it, not after the 120 s fallback; it is
+    not noted as waiting for a slot (the limit has room)."""
+    scene = Scene(start, redis_url, redis_client, task="charge_rated")
+    scene.worker(concurrency=2)
+    first = scene.call("a", 0, duration=0.1)
+    scene.wait_started(("a", 0))
+    second = scene.call("b", 0, duration=0.1)
+    wait_for(lambda: parked_waiting_for(scene.app, second.id, REGION), 60, message="parked, rate")
+    assert second.info["waits_for"] == REGION
+    assert first.get(timeout=60) == 0
+    assert second.get(timeout=30) == 0
+    starts = [e for e in scene.events() if e["what"] == "start"]
+    assert [e["account"] for e in starts] == ["a", "b"]
+    assert starts[1]["t"] - starts[0]["t"] > 1.0  # one start per 2 s: not at once
+    assert not redis_client.exists(f"{scene.prefix}:{{{REGION}}}:blocked")
+
+
+def woken_with_the_rest_held(scene: Scene, b_calls: int, **b0: Any) -> list[Any]:
+    """a0 holds the shared limit (gated) and b waits with ``b_calls`` tasks
+    (b0 with ``b0``'s options, the others of 0.1 s); a0 ends, and its
+    release wakes b: b0 is promoted.  Returns b's results, in order."""
+    holder = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    b = [scene.call("b", 0, **b0)]
+    scene.wait_noted("b")
+    b += [scene.call("b", n, duration=0.1) for n in range(1, b_calls)]
+    scene.wait_parked("b", b_calls)
+    scene.open("a")
+    assert holder.get(timeout=30) == 0
+    return b
+
+
+def test_a_woken_run_killed_leaves_its_keys_other_tasks_to_run_after_the_hold(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A release of the shared limit (1) wakes key b: one task promoted, the
+    other held for the limit.  The woken run's child is SIGKILLed: its
+    slots are given back by the main process, and b's held task runs (woken
+    by that release, or once the hold ends, 2 s here), never beside another
+    run of the limit."""
+    scene = Scene(start, redis_url, redis_client, listed_retry="2", shared=1)
+    scene.worker()
+    doomed, rest = woken_with_the_rest_held(scene, 2, gate=True)
+    (woken,) = scene.wait_started(("b", 0))
+    status = scene.status("b")
+    assert (status.parked, status.waits_for) == (1, SHARED)  # b1 held, not promoted
+    killed_at = time.time()
+    os.kill(woken["pid"], signal.SIGKILL)
+    with pytest.raises(Exception, match=r"(?i)worker"):
+        doomed.get(timeout=60)
+    assert rest.get(timeout=60) == 1
+    history = scene.events()
+    assert scene.starts() == [("a", 0), ("b", 0), ("b", 1)]
+    a_ended = next(e["t"] for e in history if e["what"] == "end" and e["account"] == "a")
+    b_starts = [e["t"] for e in history if e["what"] == "start" and e["account"] == "b"]
+    assert a_ended <= b_starts[0] and killed_at <= b_starts[1]  # one run of the limit at a time
+
+
+def test_a_woken_keys_held_tasks_follow_one_by_one_at_each_release(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A release of the shared limit (1) wakes key b: one task promoted, the
+    other two held for the limit and b noted again.  Each later release of
+    the limit reaches b and promotes the next: b's tasks start at once, not
+    when the hold ends (120 s here)."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    scene.worker()
+    first, *rest = woken_with_the_rest_held(scene, 3, gate=True)
+    scene.wait_started(("b", 0))
+    status = scene.status("b")
+    assert (status.parked, status.waits_for) == (2, SHARED)  # held, not promoted
+    scene.open("b")
+    assert first.get(timeout=30) == 0
+    assert [result.get(timeout=30) for result in rest] == [1, 2]  # not after 120 s
+    assert scene.starts() == [("a", 0), ("b", 0), ("b", 1), ("b", 2)]
+    assert most_at_once(scene.events()) == 1
+    assert scene.status("b").waits_for is None
+    assert blocked(redis_client, scene.prefix) == []
+
+
 def test_a_woken_key_is_noted_again_so_another_keys_release_reaches_it(
     start: Any, redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -1159,38 +1169,20 @@ def test_a_woken_key_is_noted_again_so_another_keys_release_reaches_it(
     tasks; a0's release wakes it: b0 is promoted, b1 held for the limit and
     b noted again.  c0's release then reaches b and promotes b1, which runs
     beside b0 (the fallback is 120 s here)."""
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    redis_client.set(f"{prefix}:shared-limit", 2)
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-    a0 = task.delay("a", 0, gate=True)
-    c0 = task.delay("c", 0, gate=True)
-    wait_for(lambda: len(events(app, "charge_park")) == 2, 60, message="a0 and c0 started")
-    b0 = task.delay("b", 0, gate=True)
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
-    b1 = task.delay("b", 1, duration=0.1)
-    wait_for(
-        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 2,
-        60,
-        message="b0 and b1 parked",
-    )
-    open_gate(redis_client, prefix, "a", 0)
-    assert a0.get(timeout=30) == 0
-    wait_for(
-        lambda: [e for e in events(app, "charge_park") if e["account"] == "b"],
-        60,
-        message="b0 woken",
-    )
-    assert blocked(redis_client, prefix) == ["acct:b"]  # noted again, for b1
-    assert Parking(redis_client, prefix, "acct:b").status().waits_for == SHARED
-    open_gate(redis_client, prefix, "c", 0)
+    scene = Scene(start, redis_url, redis_client, shared=2)
+    scene.worker()
+    c0 = scene.call("c", 0, gate=True)
+    scene.wait_started(("c", 0))
+    b0, b1 = woken_with_the_rest_held(scene, 2, gate=True)
+    scene.wait_started(("b", 0))
+    scene.wait_noted("b")  # noted again, for b1
+    assert scene.status("b").waits_for == SHARED
+    scene.open("c")
     assert c0.get(timeout=30) == 0
     assert b1.get(timeout=30) == 1  # while b0 still runs: c0's release reached b
-    open_gate(redis_client, prefix, "b", 0)
+    scene.open("b")
     assert b0.get(timeout=30) == 0
-    assert most_at_once(events(app, "charge_park")) == 2
+    assert most_at_once(scene.events()) == 2
 
 
 def test_a_key_woken_for_a_templated_limit_does_not_hold_its_other_tasks(
@@ -1201,29 +1193,20 @@ def test_a_key_woken_for_a_templated_limit_does_not_hold_its_other_tasks(
     and b1, which needs another region, is not held for region:eu (only a
     limit whose name is the same for every call holds the rest): it runs
     while b0 still does."""
-    config = worker_config(redis_url, listed_retry="120")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_region"]
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-    eu_blocked = f"{prefix}:{{region:eu}}:blocked"
-    a0 = task.apply_async(("a", 0), {"gate": True, "region": "eu"})
-    wait_for(lambda: events(app, "charge_region"), 60, message="a0 started")
-    b0 = task.apply_async(("b", 0), {"gate": True, "region": "eu"})
-    wait_for(lambda: redis_client.zrange(eu_blocked, 0, -1) == [b"acct:b"], 60, message="noted")
-    b1 = task.apply_async(("b", 1), {"duration": 0.1, "region": "us"})
-    wait_for(
-        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 2,
-        60,
-        message="b0 and b1 parked",
-    )
-    open_gate(redis_client, prefix, "a", 0)
+    scene = Scene(start, redis_url, redis_client, task="charge_region")
+    scene.worker()
+    a0 = scene.call("a", 0, gate=True, region="eu")
+    scene.wait_started(("a", 0))
+    b0 = scene.call("b", 0, gate=True, region="eu")
+    scene.wait_noted("b", limit="region:eu")
+    b1 = scene.call("b", 1, duration=0.1, region="us")
+    scene.wait_parked("b", 2)
+    scene.open("a")
     assert a0.get(timeout=30) == 0
     assert b1.get(timeout=30) == 1  # while b0 still runs
-    open_gate(redis_client, prefix, "b", 0)
+    scene.open("b")
     assert b0.get(timeout=30) == 0
-    starts = [(e["account"], e["n"]) for e in events(app, "charge_region") if e["what"] == "start"]
-    assert starts == [("a", 0), ("b", 0), ("b", 1)]
+    assert scene.starts() == [("a", 0), ("b", 0), ("b", 1)]
 
 
 def test_a_child_killed_after_waking_a_key_leaves_its_held_tasks_to_the_hold(
@@ -1233,36 +1216,25 @@ def test_a_child_killed_after_waking_a_key_leaves_its_held_tasks_to_the_hold(
     (b0 promoted and published, b1 held for the limit again) and the child
     is killed before it notes b again: b0 runs, and b1 runs once the hold
     ends (2 s here); each once, one at a time."""
-    config = worker_config(redis_url, listed_retry="2")
-    prefix = config["prefix"]
-    app = create_listed_app(config)
-    task = app.tasks["listed.charge_park"]
-    redis_client.set(f"{prefix}:shared-limit", 1)
-    start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=4)
-    a0 = task.delay("a", 0, gate=True)
-    wait_for(lambda: events(app, "charge_park"), 60, message="a0 started")
-    b = [task.delay("b", 0, duration=0.1)]
-    wait_for(lambda: blocked(redis_client, prefix) == ["acct:b"], 60, message="b noted")
-    b.append(task.delay("b", 1, duration=0.1))
-    wait_for(
-        lambda: Parking(redis_client, prefix, "acct:b").status().parked == 2,
-        60,
-        message="b0 and b1 parked",
-    )
-    redis_client.set(f"{prefix}:fault:listed_woken", 1)
-    open_gate(redis_client, prefix, "a", 0)
-    wait_for(
-        lambda: not redis_client.exists(f"{prefix}:fault:listed_woken"), 60, message="the kill"
-    )
+    scene = Scene(start, redis_url, redis_client, listed_retry="2", shared=1)
+    scene.worker()
+    a0 = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    b = [scene.call("b", 0, duration=0.1)]
+    scene.wait_noted("b")
+    b.append(scene.call("b", 1, duration=0.1))
+    scene.wait_parked("b", 2)
+    fault = f"{scene.prefix}:fault:listed_woken"
+    redis_client.set(fault, 1)
+    scene.open("a")
+    wait_for(lambda: not redis_client.exists(fault), 60, message="the kill")
     with pytest.raises(Exception, match=r"(?i)worker"):
         a0.get(timeout=60)  # its child died in its release
     assert [result.get(timeout=60) for result in b] == [0, 1]
-    history = events(app, "charge_park")
-    starts = [(e["account"], e["n"]) for e in history if e["what"] == "start"]
-    assert starts == [("a", 0), ("b", 0), ("b", 1)]
-    assert most_at_once(history) == 1
+    assert scene.starts() == [("a", 0), ("b", 0), ("b", 1)]
+    assert most_at_once(scene.events()) == 1
     wait_for(
-        lambda: not holders(redis_client, prefix, SHARED) and not blocked(redis_client, prefix),
+        lambda: not scene.holders(SHARED) and not blocked(redis_client, scene.prefix),
         30,
         message="nothing held or noted",
     )
