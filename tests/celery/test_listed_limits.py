@@ -54,6 +54,14 @@ def holders(client: redis.Redis, prefix: str, name: str) -> list[Any]:
     return FairSemaphore(client, name, 1, prefix=prefix).holders()
 
 
+def wait_nothing_held(client: redis.Redis, prefix: str, *names: str, timeout: float = 30) -> None:
+    wait_for(
+        lambda: not any(holders(client, prefix, name) for name in names),
+        timeout,
+        message=f"nothing held of {names}",
+    )
+
+
 # -- decoration and call time --------------------------------------------------
 
 
@@ -618,14 +626,7 @@ def test_a_child_killed_while_holding_gives_back_its_listed_slot(
     (first,) = wait_for(lambda: events(worker_app), 60, message="the run started")
     assert len(holders(redis_client, prefix, SHARED)) == 1
     os.kill(first["pid"], signal.SIGKILL)
-    wait_for(
-        lambda: (
-            not holders(redis_client, prefix, SHARED)
-            and not holders(redis_client, prefix, "acct:a")
-        ),
-        15,  # the lease ttl is 30 s
-        message="both slots given back",
-    )
+    wait_nothing_held(redis_client, prefix, SHARED, "acct:a", timeout=15)  # the ttl is 30 s
     with pytest.raises(Exception, match=r"(?i)worker"):
         result.get(timeout=60)
     released = [
@@ -658,14 +659,7 @@ def test_a_whole_worker_killed_while_holding_gives_back_its_listed_slot_before_t
     expires_at = seconds + micros / 1e6 + holder.expires_in
     first.kill()  # main process and children: nobody left to release
     start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
-    wait_for(
-        lambda: (
-            not holders(redis_client, prefix, SHARED)
-            and not holders(redis_client, prefix, "acct:a")
-        ),
-        60,
-        message="both slots given back",
-    )
+    wait_nothing_held(redis_client, prefix, SHARED, "acct:a", timeout=60)
     seconds, micros = redis_client.time()
     assert seconds + micros / 1e6 < expires_at, "given back before the lease's ttl"
 
@@ -703,14 +697,7 @@ def test_listed_leases_are_given_back_however_the_run_ends(
             result.get(timeout=60)
     following = task.delay("b", 0, duration=0.1)
     assert following.get(timeout=20) == 0  # well inside the 30 s ttl
-    wait_for(
-        lambda: (
-            not holders(redis_client, prefix, SHARED)
-            and not holders(redis_client, prefix, "acct:a")
-        ),
-        20,
-        message="nothing held",
-    )
+    wait_nothing_held(redis_client, prefix, SHARED, "acct:a", timeout=20)
     released = [
         s
         for s in worker_app.recorder.signals()  # type: ignore[attr-defined]
@@ -891,11 +878,7 @@ class Scene:
         return holders(self.client, self.prefix, name)
 
     def wait_nothing_held(self, *names: str) -> None:
-        wait_for(
-            lambda: not any(self.holders(name) for name in names),
-            30,
-            message=f"nothing held of {names}",
-        )
+        wait_nothing_held(self.client, self.prefix, *names)
 
 
 def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release(
