@@ -24,10 +24,11 @@ Checked when the task class is created: ``limits`` is a list or tuple of
 ``Limit``; every template field and every parameter a callable names is a
 parameter of the task; no two limits, nor a limit and the task's own key,
 share a template; the policy is ``park`` (a refused run waits in its own
-key's park, holding nothing), ``skip``, ``raise`` or ``retry``: ``wait``
-blocks a worker process on the own key's queue and ``keep_latest``
-coalesces by the own key alone, so they are refused (a per-call
-``lock_policy`` of one of them likewise, at ``apply_async``).
+key's park, holding nothing), ``skip``, ``raise``, ``retry`` or ``wait``
+(it waits in its process for the whole set, holding nothing between
+looks): ``keep_latest`` coalesces and orders by the own key alone, so it
+is refused (a per-call ``lock_policy="keep_latest"`` likewise, at
+``apply_async``).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def check_policy_with_limits(task: str, policy: object) -> None:
     """A ``TypeError`` when a task with ``limits`` would run with ``policy``."""
     if policy not in POLICIES_WITH_LIMITS:
         raise TypeError(
-            f"task {task}: lock_policy={policy!r} does not combine with limits (it waits "
-            "for the own key alone, which would hold it while a listed limit is full); use "
+            f"task {task}: lock_policy={policy!r} does not combine with limits (it "
+            "coalesces and orders by the own key alone); use "
             f"one of {', '.join(repr(p) for p in POLICIES_WITH_LIMITS)}"
         )

@@ -275,11 +275,10 @@ def note_waiting(
     count as taken besides its holders (a name just woken for the slot a run
     gave back, on its way to take it)."""
     try:
-        if not note_blocked(
-            lease_set.client, lease_set.keys.prefix, lease_set.name, limit, asks, in_flight
-        ):
-            holds_the_rest = limit in type(task)._redislock_listed_fixed
-            wake_name(task.app, lease_set.name, limit, asks if holds_the_rest else None, in_flight)
+        holds = limit in type(task)._redislock_listed_fixed
+        client, prefix = lease_set.client, lease_set.keys.prefix
+        if not note_blocked(client, prefix, lease_set.name, limit, asks, in_flight, holds):
+            wake_name(task.app, lease_set.name, limit, asks if holds else None, in_flight)
     except (RedisError, RedisClusterException) as exc:
         log.warning(
             "%s[%s]: could not note that %r waits for %r (%r); it is tried again in %g s",

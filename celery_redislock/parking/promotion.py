@@ -261,24 +261,25 @@ def discarded_by_worker(
         )
 
 
-def wake_waiting_for(app: Any, limit: str, holds_the_rest: bool = False) -> bool:
+def wake_waiting_for(app: Any, limit: str, passed_over: str = "") -> bool:
     """After a slot of ``limit`` came back (or might have): wake the oldest
-    name whose parked head waits for it as a listed limit
-    (``limit_wake.lua`` takes it out of the limit's blocked set only while
-    its head would be admitted by its own limit; :func:`wake_name` promotes
-    one task).  A woken name that promotes nothing (its own slots full, its
-    park empty, a hold for another limit) does not use the slot up: the
-    next one is woken.  ``holds_the_rest``: the limit's name is the same for
-    every call of the releasing task (the woken name's next tasks need it
-    too), so the woken name's other parked tasks stay held for it.  Returns
-    whether a task was published."""
+    name whose parked head waits for it as a listed limit, other than
+    ``passed_over`` (``limit_wake.lua`` takes it out of the limit's blocked
+    set only while its head would be admitted by its own limit;
+    :func:`wake_name` promotes one task, and holds the rest when the name
+    was noted so: the limit's name is the same for every call of its task).
+    A woken name that promotes nothing (its own slots full, its park empty,
+    a hold for another limit) does not use the slot up: the next one is
+    woken.  Returns whether a task was published."""
     client, settings = client_for(app)
     keys = lease_keys(settings.prefix, limit)
     for _ in range(WAKE_TRIES):
-        woken = LIMIT_WAKE(client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [])
+        woken = LIMIT_WAKE(
+            client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [passed_over]
+        )
         if not woken:
             return False
-        asks = int(woken[1]) if holds_the_rest else None
+        asks = int(woken[1]) if int(woken[2]) else None
         if wake_name(app, text(woken[0]), limit, asks):
             return True
     return False
@@ -293,24 +294,32 @@ def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_fligh
     (:func:`note_blocked`, counting the tasks promoted and ``in_flight`` as
     taking their slots): so the next release that reaches it promotes one
     more, and if the limit has room for one more now, one more is promoted
-    at once (up to :data:`WAKE_TRIES`)."""
+    at once (:data:`WAKE_TRIES` times at most; the last lifts the hold, so
+    the sweeper promotes the rest)."""
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
-    hold = LISTED_RETRY if asks is not None else 0.0
     published = False
-    for _ in range(WAKE_TRIES):
+    for attempt in range(WAKE_TRIES):
+        last = attempt == WAKE_TRIES - 1
+        hold = LISTED_RETRY if asks is not None and not last else 0.0
         promotions, held_again = parking.unhold(settings.park, limit, hold)
         published = bool(_publish_all(app, parking, promotions, None)) or published
         if asks is None or not held_again:
             return published
         in_flight += 1
-        if note_blocked(client, settings.prefix, name, limit, asks, in_flight):
+        if note_blocked(client, settings.prefix, name, limit, asks, in_flight, holds=True):
             return published
     return published
 
 
 def note_blocked(
-    client: Any, prefix: str, name: str, limit: str, asks: int, in_flight: int = 0
+    client: Any,
+    prefix: str,
+    name: str,
+    limit: str,
+    asks: int,
+    in_flight: int = 0,
+    holds: bool = False,
 ) -> bool:
     """Note ``name`` in the listed limit ``limit``'s blocked set with the
     limit its head asks of it (``asks``; ``limit_block.lua``), unless the
@@ -320,12 +329,14 @@ def note_blocked(
     either comes before it (and the check sees the slot) or after it (and
     wakes the oldest noted name it has room for).  ``in_flight``: slots of
     the limit to count as taken besides its holders (tasks just promoted
-    for it, on their way to take them)."""
+    for it, on their way to take them).  ``holds``: when woken, the name's
+    other parked tasks stay held for the limit (its name is the same for
+    every call of the name's task)."""
     keys = lease_keys(prefix, limit)
     noted = LIMIT_BLOCK(
         client,
         [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
-        [name, asks, BLOCKED_MEMORY_MS, in_flight],
+        [name, asks, BLOCKED_MEMORY_MS, in_flight, int(holds)],
     )
     return bool(int(noted))
 

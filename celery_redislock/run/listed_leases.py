@@ -8,16 +8,17 @@ The first one that refuses ends the try: every listed lease taken so far is
 given back at once, and the caller gives its own lease back and hands the
 run to its policy, naming the limit that refused.  So a run holds all of
 its limits or none, and never *waits* while holding one: a refused run
-holds nothing (``park`` parks it, the other policies that may list limits
-give it up).
+holds nothing (``park`` parks it, ``wait`` looks again a little later in
+its process, the others give it up).
 
 Guaranteed: no listed name ever has more holders than its limit (each is a
 :class:`~celery_redislock.FairSemaphore` slot, with its invariant); a body
 runs only while its run holds its own key and every listed limit; each
 listed lease is renewed by the process heartbeat (and by the worker's main
 process, run/request.py), stated for the dead-holder path, and given back
-on every path the own lease is (``run/release.py`` ``release_after_run`` at the end of the run and
-before a retry; ``release_dead_child`` there when the child died).
+on every path the own lease is (``run/release.py`` ``release_after_run``
+at the end of the run and before a retry; ``release_dead_child`` there
+when the child died).
 Not guaranteed: FIFO between runs that compete for a listed limit (but
 between the keys ``park`` notes as waiting for it: docs/park.md), nor that
 a short-lived overlap of tries cannot refuse two runs that would each have
@@ -129,23 +130,24 @@ def take_all(
         try:
             taken = take(attempt, blocking=False)
         except BaseException:
-            _give_back_and_wake(ctx.task, held)
+            _give_back_and_wake(ctx.task, held, ctx.name)
             raise
         if not taken:
-            _give_back_and_wake(ctx.task, held)
+            _give_back_and_wake(ctx.task, held, ctx.name)
             return [], attempt
         held.append(lease_set)
     return held, None
 
 
-def _give_back_and_wake(task: Any, held: Sequence[LeaseSet]) -> None:
+def _give_back_and_wake(task: Any, held: Sequence[LeaseSet], own: str) -> None:
     """Give back the listed leases a refused run took, and wake a name whose
-    parked head waits for each (a slot came back, as after any release)."""
+    parked head waits for each (a slot came back, as after any release),
+    but the run's own name ``own``: its run goes back to wait for the limit
+    that refused it, and its next task would only jump ahead of it."""
     give_back(held)
     for lease_set in held:
         try:
-            fixed = lease_set.name in type(task)._redislock_listed_fixed
-            wake_waiting_for(task.app, lease_set.name, fixed)
+            wake_waiting_for(task.app, lease_set.name, passed_over=own)
         except Exception as exc:  # its hold ends by itself
             log.warning("could not wake the names waiting for %r (%r)", lease_set.name, exc)
 

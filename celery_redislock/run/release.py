@@ -134,7 +134,7 @@ def _wake(task: Any, limit: str) -> bool:
     """A listed limit's slot came back: wake a name whose parked head waits
     for it; returns whether one was woken."""
     try:
-        return wake_waiting_for(task.app, limit, limit in type(task)._redislock_listed_fixed)
+        return wake_waiting_for(task.app, limit)
     except Exception as exc:  # its hold ends by itself; the run's own outcome stands
         log.warning("%s: could not wake the names waiting for %r (%r)", task.name, limit, exc)
         return False
@@ -231,7 +231,7 @@ def _release_dead_listed(
                 task, task_id, pid, reader, owners, "semaphore", reason
             )
             if owners:
-                wake_waiting_for(task.app, name, name in type(task)._redislock_listed_fixed)
+                wake_waiting_for(task.app, name)
         except (RedisError, RedisClusterException) as exc:
             log.error(
                 "%s[%s]: could not release %r of its dead process %d (%r); it expires "

@@ -266,7 +266,7 @@ def test_a_give_back_wakes_the_key_waiting_for_the_limit_given_back(
     script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
     blocker = FairSemaphore(redis_client, a_lim, 1, prefix=prefix)
     assert blocker.acquire(blocking=False)
-    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:w", 1, 60_000, 0]) == 1
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:w", 1, 60_000, 0, 0]) == 1
     blocker.release()  # a plain release: no wake-up
     full = FairSemaphore(redis_client, z_lim, 1, prefix=prefix)
     assert full.acquire(blocking=False)
@@ -1221,3 +1221,32 @@ def test_a_child_killed_after_waking_a_key_leaves_its_held_tasks_to_the_hold(
         30,
         message="nothing held or noted",
     )
+
+
+def test_a_wake_up_that_runs_out_of_tries_leaves_the_rest_unheld(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key woken while the shared limit has room for more than its tries
+    (``WAKE_TRIES``, 2 here) promotes one per try; the last try lifts the
+    hold instead of holding the rest again, so the key is not left held
+    and unnoted (the sweeper promotes the rest as its own slots free)."""
+    from celery_redislock.parking import promotion
+
+    monkeypatch.setattr(promotion, "WAKE_TRIES", 2)
+    config = worker_config(redis_url)
+    prefix = config["prefix"]
+    app = create_listed_app(config)  # no worker: promotions stay in the broker
+    task = app.tasks["listed.charge_park"]
+    own = [FairSemaphore(redis_client, "acct:k", 2, prefix=prefix) for _ in range(2)]
+    assert all(lease.acquire(blocking=False) for lease in own)
+    calls = [task.delay("k", n) for n in range(4)]  # its key full: all four parked
+    parking = Parking(redis_client, prefix, "acct:k")
+    assert parking.status().parked == len(calls)
+    for lease in own:
+        lease.release()  # plain releases: nothing promoted
+    assert parking.hold_for(SHARED, 120)
+    assert promotion.note_blocked(redis_client, prefix, "acct:k", SHARED, 3, 3, holds=True)
+    assert promotion.wake_waiting_for(app, SHARED)
+    status = parking.status()
+    assert (status.in_flight, status.parked, status.waits_for) == (2, 2, None)
+    assert blocked(redis_client, prefix) == []

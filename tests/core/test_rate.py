@@ -263,6 +263,23 @@ def test_a_hold_for_one_listed_limit_is_left_alone_by_another(
     assert promotion.task_id == "t1" and promotion.envelope == envelope
 
 
+def test_a_head_sent_back_by_another_limit_replaces_the_hold_for_the_first(
+    redis_client: Any, prefix: str
+) -> None:
+    """A name held for listed limit L1 (a wake-up held its rest for 30 s);
+    its head is then sent back by L2's rate for 0.2 s: the hold is now
+    L2's and ends with that wait, not with L1's 30 s."""
+    park = Parking(redis_client, prefix, "acct:r")
+    one = Capacity.semaphore(1)
+    park.park_at_head("t1", one, "{}", 0, 0, "t", NO_RATE, hold=30, waits_for="L1")
+    assert park.status().waits_for == "L1"
+    park.park_at_head("t0", one, "{}", 0, 0, "t", NO_RATE, hold=0.2, waits_for="L2")
+    assert park.status().waits_for == "L2"
+    wait_for(lambda: park.status().waits_for is None, 10, message="L2's short hold to end")
+    (promotion,) = park.promote(one, ParkConfig(deadline=5))
+    assert promotion.task_id == "t0"
+
+
 def test_a_wake_up_promotes_one_and_holds_the_rest_for_the_limit_again(
     redis_client: Any, prefix: str
 ) -> None:
@@ -293,10 +310,11 @@ def test_a_wake_up_promotes_one_and_holds_the_rest_for_the_limit_again(
 def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     redis_client: Any, prefix: str
 ) -> None:
-    """``limit_wake.lua`` on a listed limit of 2: with a name noted and a slot
-    free, the name is woken, with the limit its head asked; with none noted,
-    nobody; with a blocking waiter queued, nobody is woken (the waiter is
-    handed the slot) and the noted name keeps its place."""
+    """``limit_wake.lua`` on a listed limit of 2: with names noted and a slot
+    free, the oldest is woken (but the one passed over), with the limit its
+    head asked and whether the rest of its work is to stay held; with none
+    noted, nobody; with a blocking waiter queued, nobody is woken (the
+    waiter is handed the slot) and the noted name keeps its place."""
     from celery_redislock.core.keys import LeaseKeys
     from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_WAKE
     from celery_redislock.core.semaphore import FairSemaphore
@@ -308,19 +326,21 @@ def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
         FairSemaphore(redis_client, limit, 2, ttl=30, prefix=prefix) for _ in range(3)
     )
     assert first.acquire(blocking=False) and second.acquire(blocking=False)
-    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 2, 60_000, 0]) == 1  # full: noted
-    assert LIMIT_WAKE(redis_client, script_keys, []) == []  # noted, but no room
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 2, 60_000, 0, 1]) == 1  # noted
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:i", 2, 60_000, 0, 0]) == 1
+    assert LIMIT_WAKE(redis_client, script_keys, [""]) == []  # noted, but no room
     first.release()
-    assert LIMIT_WAKE(redis_client, script_keys, []) == [b"acct:k", 2]
-    assert LIMIT_WAKE(redis_client, script_keys, []) == []
+    assert LIMIT_WAKE(redis_client, script_keys, ["acct:k"]) == [b"acct:i", 2, 0]  # passed over
+    assert LIMIT_WAKE(redis_client, script_keys, [""]) == [b"acct:k", 2, 1]  # noted to hold
+    assert LIMIT_WAKE(redis_client, script_keys, [""]) == []  # nobody left
 
     assert first.acquire(blocking=False)
-    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:j", 2, 60_000, 0]) == 1
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:j", 2, 60_000, 0, 0]) == 1
     waiter = threading.Thread(target=third.acquire, kwargs={"blocking": True, "timeout": 30})
     waiter.start()
     try:
         wait_for(lambda: third.waiters(), 10, message="the waiter queued")
-        assert LIMIT_WAKE(redis_client, script_keys, []) == []
+        assert LIMIT_WAKE(redis_client, script_keys, [""]) == []
         assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:j"]
     finally:
         second.release()  # hands the slot to the waiter

@@ -167,10 +167,11 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     lease_keys = limit_keys.lease_keys()
     other = FairSemaphore(redis_client, f"{name}-l", 1, ttl=5, prefix=prefix)
     assert other.acquire()  # full: the name is noted
-    assert scripts.LIMIT_BLOCK(redis_client, [*lease_keys, *blocked], [f"{name}-p", 1, 60_000, 0])
+    noted = [f"{name}-p", 1, 60_000, 0, 1]
+    assert scripts.LIMIT_BLOCK(redis_client, [*lease_keys, *blocked], noted)
     other.release()
-    woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], [])
-    assert woken == [f"{name}-p".encode(), 1]
+    woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], [""])
+    assert woken == [f"{name}-p".encode(), 1, 1]
     park.status(count=10)
     park.drop("t2")
     assert park.where("t2", "1") == ("", "")

@@ -7,16 +7,19 @@
 -- and KEYS[8] blocked, and KEYS[9] limits:
 --   blocked  ZSET  <prefix>:{<limit name>}:blocked: name whose head waits ->
 --                  Redis time (ms) it was first noted
---   limits   HASH  <prefix>:{<limit name>}:blocked:limits: name -> the limit
---                  its head asks of this limit, as passed (limit_of(): an
---                  override applies); both keys live ARGV[3] ms after the
---                  last note
+--   limits   HASH  <prefix>:{<limit name>}:blocked:limits: name -> "<asks>
+--                  <holds>": the limit its head asks of this limit, as
+--                  passed (limit_of(): an override applies), and ARGV[5];
+--                  both keys live ARGV[3] ms after the last note
 -- ARGV[1] the name whose head waits
 -- ARGV[2] its limit of this listed limit
 -- ARGV[3] ttl_ms
 -- ARGV[4] in_flight  slots of the limit to count as taken besides its
---                    holders: a name just woken for a slot that came back has
---                    not taken it yet (1 from a run that makes way, 0 else)
+--                    holders: tasks just promoted for slots that came back,
+--                    which have not taken them yet
+-- ARGV[5] holds      1 if the name's other parked tasks are to stay held for
+--                    this limit when it is woken (the limit's name is the
+--                    same for every call of the name's task), else 0
 -- Returns 1 if noted (or noted already: it keeps its place), 0 if not
 -- noted because the limit has room for the head now.
 
@@ -36,7 +39,7 @@ if redis.call('EXISTS', QUEUE, BLOCKED) == 0 then
   if admissible(state, limit_of(asks)) then return 0 end
 end
 redis.call('ZADD', BLOCKED, 'NX', NOW_MS, name)
-redis.call('HSET', LIMITS, name, asks)
+redis.call('HSET', LIMITS, name, asks .. ' ' .. ARGV[5])
 redis.call('PEXPIRE', BLOCKED, ttl_ms)
 redis.call('PEXPIRE', LIMITS, ttl_ms)
 return 1

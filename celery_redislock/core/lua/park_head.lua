@@ -17,9 +17,11 @@
 --                      none); it becomes stale, so a copy of the run's
 --                      message (redelivered after a crash) never runs
 -- ARGV[12] hold_ms     hold the name's parked work this long for a listed
---                      limit (PMETA lhold; it only lengthens): nothing of it
---                      is promoted before, unless park_unhold.lua lifts the
---                      hold (the wake-up of that listed limit, when it has room)
+--                      limit (PMETA lhold; it only lengthens a hold for the
+--                      same limit, and replaces one for another): nothing of
+--                      it is promoted before, unless park_unhold.lua lifts
+--                      the hold (the wake-up of that listed limit, when it
+--                      has room)
 -- ARGV[13] waits_for   the listed limit the hold is for (PMETA lwait; "" with
 --                      hold_ms 0)
 -- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
@@ -50,7 +52,9 @@ if pause_ms > 0 then pause_ms = extend_pause(PAUSE, pause_ms) end
 local hold_ms = tonumber(ARGV[12])
 if hold_ms > 0 then
   local hold = NOW_MS + hold_ms
-  if hold > tonumber(redis.call('HGET', PMETA, 'lhold') or '0') then
+  local current = redis.call('HMGET', PMETA, 'lhold', 'lwait')
+  -- A hold for another limit is replaced: this head now waits for this one.
+  if hold > tonumber(current[1] or '0') or current[2] ~= ARGV[13] then
     redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[13])
   end
 end
