@@ -410,11 +410,7 @@ class Parking:
         return _promotions(reply[2:]), bool(reply[1])
 
     def release(
-        self,
-        owner: str,
-        capacity: Capacity | None,
-        config: ParkConfig,
-        task_name: str = "",
+        self, owner: str, capacity: Capacity | None, config: ParkConfig, task_name: str = ""
     ) -> tuple[bool, list[Promotion]]:
         """Release ``owner``'s slot (as ``release.lua``) and promote into the
         freed slots (as :meth:`promote`), in one call; returns whether it held,

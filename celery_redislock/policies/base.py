@@ -54,8 +54,8 @@ class Context:
         ``lease_set`` (the one the slot is given back through) and ``limit``
         (the name's limit now, or the one the dead run held its slot with).
         ``request`` is the run's request when the run itself releases, None
-        when the worker's main process releases for a dead child.
-        ``call`` is empty, ``send`` and ``wait_timeout`` None.
+        when the worker's main process releases for a dead child.  ``call``
+        is empty, ``send`` and ``wait_timeout`` None.
     """
 
     phase: Phase

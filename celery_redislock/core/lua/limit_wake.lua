@@ -7,10 +7,11 @@
 --         because another refused it, whose own name goes back to wait
 -- Returns {name, asks, holds} (as noted by limit_block.lua) or {}: none
 -- when the set is empty, when a blocking waiter is queued on the limit (it
--- is handed the slot, and a newcomer may not pass it: acquire.lua), or when the oldest head is not admissible by its own
--- limit beside the current holders (THE INVARIANT), so that a woken head is
--- admitted when it tries unless another run takes the slot first; FIFO: the
--- oldest waits for a slot its limit admits, the others behind it.
+-- is handed the slot, and a newcomer may not pass it: acquire.lua), or when
+-- the oldest head is not admissible by its own limit beside the current
+-- holders (THE INVARIANT), so that a woken head is admitted when it tries
+-- unless another run takes the slot first; FIFO: the oldest waits for a
+-- slot its limit admits, the others behind it.
 
 --- @include "includes/admissible"
 --- @include "includes/holder_state"
