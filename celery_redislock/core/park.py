@@ -415,6 +415,23 @@ class Parking:
         """Release ``owner``'s slot (as ``release.lua``) and promote into the
         freed slots (as :meth:`promote`), in one call; returns whether it held,
         and the promotions."""
+        held, promotions, _ = self.release_making_way(owner, capacity, config, task_name)
+        return held, promotions
+
+    def release_making_way(
+        self,
+        owner: str,
+        capacity: Capacity | None,
+        config: ParkConfig,
+        task_name: str = "",
+        limit: str = "",
+        hold: float = 0.0,
+    ) -> tuple[bool, list[Promotion], bool]:
+        """:meth:`release`, and before anything is promoted, hold the parked
+        work for the listed limit ``limit`` for ``hold`` seconds at most (as
+        :meth:`hold_for`): the run gave its slot of that limit to a name that
+        waited for it, and makes way.  Returns whether it held, the
+        promotions, and whether the parked work is now held for ``limit``."""
         reply = self._call(
             PARK_RELEASE,
             [
@@ -425,9 +442,11 @@ class Parking:
                 PROMOTE_BATCH,
                 _field(task_name),
                 config.max_publishes,
+                _ms(hold) if limit else 0,
+                limit,
             ],
         )
-        return bool(reply[1]), _promotions(reply[2:])
+        return bool(reply[1]), _promotions(reply[3:]), bool(reply[2])
 
     def drop(self, task_id: str, token: str = "") -> Dropped:
         """Remove ``task_id`` (parked, or in flight with ``token`` if given)."""

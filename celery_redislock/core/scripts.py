@@ -35,6 +35,7 @@ __all__ = [
     "FENCED_WRITE",
     "INSPECT",
     "LIMIT_BLOCK",
+    "LIMIT_FORGET",
     "LIMIT_WAKE",
     "OVERRIDE",
     "PARK_ARRIVE",
@@ -157,6 +158,7 @@ PARK_UNHOLD = _script("park_unhold.lua")
 PARK_HOLD = _script("park_hold.lua")
 LIMIT_BLOCK = _script("limit_block.lua")
 LIMIT_WAKE = _script("limit_wake.lua")
+LIMIT_FORGET = _script("limit_forget.lua")
 PARK_RELEASE = _script("park_release.lua")
 PARK_DROP = _script("park_drop.lua")
 PARK_INSPECT = _script("park_inspect.lua")

@@ -240,20 +240,17 @@ def wait_for_a_limit(ctx: Context) -> StillPending:
 
 
 def make_way(task: Any, request_id: str, own: LeaseSet, limit: str, asks: int) -> None:
-    """A run of ``own``'s name that held the listed limit ``limit`` ends, and
-    its slot of the limit went to a name that waited for it: rather than
-    promote its own name's next task into a limit it would not get (sent
-    back, a cycle through the broker for nothing), the name's parked work
-    is held for the limit (``park_hold.lua``: if anything is parked and no
-    hold for another limit is on) and the name noted behind those waiting
-    (:func:`note_waiting`, which wakes it at once if the limit has room for
-    it and nobody is noted before it, so no wake-up is lost).  Called before
-    the own slot is given back, whose promotions then wait.  Never raises:
-    a failure leaves the name's work to be promoted as without it."""
+    """A run of ``own``'s name that held the listed limit ``limit`` ended, its
+    slot of the limit went to a name that waited for it, and its own release
+    held the name's parked work for the limit (``park_release.lua`` ARGV[9]:
+    rather than promote its next task into a limit it would not get, sent
+    back, a cycle through the broker for nothing): note the name behind the
+    names waiting (:func:`note_waiting`, which wakes it at once if the limit
+    has room for it and nobody is noted before it, so no wake-up is lost;
+    the name just woken counts as taking its slot).  Never raises: a failure
+    leaves the hold to end by itself."""
     try:
-        parking = Parking(own.client, own.keys.prefix, own.name)
-        if parking.hold_for(limit, promotion.LISTED_RETRY):
-            note_waiting(task, request_id, own, limit, asks, in_flight=1)
+        note_waiting(task, request_id, own, limit, asks, in_flight=1)
     except Exception as exc:
         log.warning("%s[%s]: could not make way on %r (%r)", task.name, request_id, limit, exc)
 

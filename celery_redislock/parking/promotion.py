@@ -24,7 +24,7 @@ from ..core.capacity import Capacity
 from ..core.keys import lease_keys
 from ..core.leaseset import LeaseSet
 from ..core.park import Parking, Promotion, PromotionKind
-from ..core.scripts import LIMIT_BLOCK, LIMIT_WAKE, text
+from ..core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_WAKE, text
 from ..enqueue import dedupe
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for, settings_for
@@ -194,24 +194,39 @@ def _dropped(
     )
 
 
-def releaser(task: Any, lease_set: LeaseSet, limit: int) -> Callable[[str], bool]:
+def releaser(
+    task: Any,
+    lease_set: LeaseSet,
+    limit: int,
+    making_way: str = "",
+    note_behind: Callable[[], None] | None = None,
+) -> Callable[[str], bool]:
     """The release of a park-policy run (for ``LeaseSet.release_through``):
     the slot is given back and the parked tasks are promoted into it in one
     call, then published.  A failed release raises (the caller logs it; the
     lease frees within its ttl and the sweeper promotes); a failed publish is
-    logged (the sweeper re-publishes after the deadline)."""
+    logged (the sweeper re-publishes after the deadline).  With
+    ``making_way`` (a listed limit whose slot the run gave to a name that
+    waited for it), the same call first holds the name's parked work for that
+    limit (:data:`LISTED_RETRY` at most), and once it is held ``note_behind``
+    notes the name behind the names waiting."""
 
     capacity = capacity_of(task, limit)
 
     def release(owner: str) -> bool:
         parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
-        held, promotions = parking.release(owner, capacity, settings_for(task.app).park, task.name)
+        config = settings_for(task.app).park
+        held, promotions, held_for = parking.release_making_way(
+            owner, capacity, config, task.name, making_way, LISTED_RETRY
+        )
         try:
             _publish_all(task.app, parking, promotions, capacity, task.name)
         except RedisError as exc:
             log.error(
                 "could not promote parked tasks of %r (%r); the sweeper will", lease_set.name, exc
             )
+        if held_for and note_behind is not None:
+            note_behind()
         return held
 
     return release
@@ -265,37 +280,67 @@ def wake_waiting_for(app: Any, limit: str, passed_over: str = "") -> bool:
     """After a slot of ``limit`` came back (or might have): wake the oldest
     name whose parked head waits for it as a listed limit, other than
     ``passed_over`` (``limit_wake.lua`` takes it out of the limit's blocked
-    set only while its head would be admitted by its own limit;
-    :func:`wake_name` promotes one task, and holds the rest when the name
-    was noted so: the limit's name is the same for every call of its task).
-    A woken name that promotes nothing (its own slots full, its park empty,
-    a hold for another limit) does not use the slot up: the next one is
-    woken.  Returns whether a task was published."""
+    set only while its head would be admitted by its own limit) and promote
+    one of its tasks (``park_unhold.lua``).  A name noted as holding (the
+    limit's name is the same for every call of its task) is noted again
+    behind the others in the same call, and the rest of its parked work is
+    held for the limit again (:data:`LISTED_RETRY` at most): so the next
+    release that reaches it promotes one more.  If the limit has room for
+    one more, the next name is woken (:data:`WAKE_TRIES` times at most; the
+    last lifts the hold, so the sweeper promotes the rest); a woken name
+    that promotes nothing (its own slots full, its park empty, a hold for
+    another limit) does not use the slot up.  Returns whether a task was
+    published.
+
+    Not guaranteed: a name noted by another process between the wake-up
+    that noted it again and :func:`_promote_woken`'s taking that note back
+    (nothing held again) loses the note; its hold ends by itself."""
     client, settings = client_for(app)
     keys = lease_keys(settings.prefix, limit)
-    for _ in range(WAKE_TRIES):
+    in_flight = 0
+    for attempt in range(WAKE_TRIES):
         woken = LIMIT_WAKE(
-            client, [*keys.lease_keys(), keys.blocked, keys.blocked_limits], [passed_over]
+            client,
+            [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
+            [passed_over, in_flight, BLOCKED_MEMORY_MS],
         )
         if not woken:
-            return False
-        asks = int(woken[1]) if int(woken[2]) else None
-        if wake_name(app, text(woken[0]), limit, asks):
-            return True
-    return False
+            break
+        noted_again = bool(int(woken[2]))
+        last = attempt == WAKE_TRIES - 1
+        published = _promote_woken(app, text(woken[0]), limit, noted_again, last)
+        in_flight += published
+        if published and not int(woken[3]):
+            break
+    return in_flight > 0
+
+
+def _promote_woken(app: Any, name: str, limit: str, noted_again: bool, last: bool) -> int:
+    """Lift ``name``'s hold for ``limit`` and promote one of its tasks; when
+    ``limit_wake.lua`` noted it again, hold the rest for the limit again
+    (not on the ``last`` try), or take the note back if nothing is held.
+    Returns the number of tasks published."""
+    client, settings = client_for(app)
+    parking = Parking(client, settings.prefix, name)
+    hold = LISTED_RETRY if noted_again and not last else 0.0
+    promotions, held_again = parking.unhold(settings.park, limit, hold)
+    if noted_again and not held_again:
+        keys = lease_keys(settings.prefix, limit)
+        LIMIT_FORGET(client, [keys.blocked, keys.blocked_limits], [name])
+    return _publish_all(app, parking, promotions, None)
 
 
 def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_flight: int = 0) -> bool:
     """Lift ``name``'s hold for the listed limit ``limit`` and promote one of
-    its parked tasks (``park_unhold.lua``); returns whether a task was
+    its parked tasks (``park_unhold.lua``), for a name found with room when
+    it was to be noted (:func:`note_blocked`); returns whether a task was
     published.  With ``asks`` (the limit its head asks of ``limit``), the
     rest of its parked work stays held for the limit (:data:`LISTED_RETRY`
-    at most) and the name is noted again behind the names waiting for it
-    (:func:`note_blocked`, counting the tasks promoted and ``in_flight`` as
-    taking their slots): so the next release that reaches it promotes one
-    more, and if the limit has room for one more now, one more is promoted
-    at once (:data:`WAKE_TRIES` times at most; the last lifts the hold, so
-    the sweeper promotes the rest)."""
+    at most) and the name is noted behind the names waiting for it (counting
+    the tasks promoted and ``in_flight`` as taking their slots): so the next
+    release that reaches it promotes one more, and if the limit has room
+    for one more now, one more is promoted at once (:data:`WAKE_TRIES`
+    times at most; the last lifts the hold, so the sweeper promotes the rest)."""
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
     published = False

@@ -54,8 +54,10 @@ class Context:
         ``lease_set`` (the one the slot is given back through) and ``limit``
         (the name's limit now, or the one the dead run held its slot with).
         ``request`` is the run's request when the run itself releases, None
-        when the worker's main process releases for a dead child.  ``call``
-        is empty, ``send`` and ``wait_timeout`` None.
+        when the worker's main process releases for a dead child.  ``woke``:
+        the run's listed limits (``limits=``) whose slot, given back first,
+        went to a name that waited for it.  ``call`` is empty, ``send`` and
+        ``wait_timeout`` None.
     """
 
     phase: Phase
@@ -76,6 +78,8 @@ class Context:
     refused_by: str | None = None
     #: the limit this run asked of it (as passed: an override of it applies)
     refused_limit: int | None = None
+    #: release phase: the listed limits whose slot went to a name that waited
+    woke: Sequence[LeaseSet] = ()
 
     @property
     def kind(self) -> str:
@@ -203,11 +207,6 @@ class Policy:
         ``LeaseSet.release_through`` (``ctx.limit``: the name's limit now);
         None: a plain release followed by :meth:`after_release`."""
         return None
-
-    def make_way(self, ctx: Context, woke: Sequence[LeaseSet]) -> None:
-        """Release phase, at the end of a run, before its own slot goes back:
-        the slots of its listed limits ``woke`` went to names that waited
-        for them.  By default nothing (its policy does not park)."""
 
     def after_release(self, ctx: Context) -> None:
         """Release phase: called after a slot of this policy was given back

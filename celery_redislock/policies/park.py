@@ -11,10 +11,10 @@ guarantees.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, NoReturn
 
-from ..core.leaseset import LeaseSet
 from ..parking.arrival import claim_or_arrive, make_way, wait_for_a_limit
 from ..parking.enqueue import NO_CHANGES, park_or_publish
 from ..parking.promotion import after_release, releaser
@@ -73,20 +73,25 @@ class Park(Policy):
         return NO_CHANGES
 
     def releaser(self, ctx: Context) -> Callable[[str], bool]:
+        """The release that promotes the name's next tasks in the same call.
+        When the run gave a slot of a listed limit that every run of the task
+        needs (its key does not depend on the call's arguments) to a name
+        that waited for it (``ctx.woke``), the release holds the name's
+        parked work for that limit instead, and the name is noted behind the
+        names it woke (:func:`~celery_redislock.parking.arrival.make_way`):
+        its next task would only be sent back by that limit.  A templated
+        limit (``"region:{region}"``) is left out: the next task may not need it."""
         task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
+        for held in ctx.woke:
+            if held.name in task._redislock_listed_fixed:  # the next run needs it too
+                return releaser(
+                    task,
+                    lease_set,
+                    limit,
+                    held.name,
+                    partial(make_way, task, ctx.task_id, lease_set, held.name, held.limit),
+                )
         return releaser(task, lease_set, limit)
-
-    def make_way(self, ctx: Context, woke: Sequence[LeaseSet]) -> None:
-        """Hold the name's parked work for the first of ``woke`` that every
-        run of the task needs (a listed limit whose key does not depend on
-        the call's arguments) and note the name behind the names it woke
-        (:func:`~celery_redislock.parking.arrival.make_way`): its next task
-        would only be sent back by that limit.  A templated limit
-        (``"region:{region}"``) is left out: the next task may not need it."""
-        for held in woke:
-            if held.name in ctx.task._redislock_listed_fixed:  # the next run needs it too
-                make_way(ctx.task, ctx.task_id, ctx.need_lease_set(), held.name, held.limit)
-                return
 
     def after_release(self, ctx: Context) -> None:
         task, name, limit = ctx.task, ctx.name, ctx.need_limit()

@@ -158,12 +158,8 @@ def _release_own(
         limit=limit,
         request=request,
         lease_set=lease_set,
+        woke=tuple(woke),
     )
-    if woke:
-        try:
-            policy.make_way(ctx, woke)
-        except Exception as exc:  # the own slot goes back whatever happens here
-            log.warning("%s[%s]: could not make way (%r)", task.name, request.id, exc)
     releaser = policy.releaser(ctx)
     release_run(task, request.id, lease_set, reason, releaser)
     if releaser is None:

@@ -1196,9 +1196,10 @@ def test_a_child_killed_after_waking_a_key_leaves_its_held_tasks_to_the_hold(
     start: Any, redis_url: str, redis_client: redis.Redis
 ) -> None:
     """a0 holds the shared limit (1); b0 and b1 wait.  a0's release wakes b
-    (b0 promoted and published, b1 held for the limit again) and the child
-    is killed before it notes b again: b0 runs, and b1 runs once the hold
-    ends (2 s here); each once, one at a time."""
+    and notes it again (b0 promoted and published, b1 held for the limit
+    again) and the child is killed there: b0 runs, and b1 runs after it
+    (woken by b0's release, or at the latest when the hold ends, 2 s here);
+    each once, one at a time."""
     scene = Scene(start, redis_url, redis_client, listed_retry="2", shared=1)
     scene.worker()
     a0 = scene.call("a", 0, gate=True)

@@ -21,8 +21,8 @@ itself): ``listed_parked`` (back at the head of its park, its own slot not
 given back yet), ``listed_released`` (own slot given back, the name not
 noted in the limit's blocked set), ``listed_noted`` (noted, or found the
 limit with room, and not woken yet), ``listed_woken`` (a release woke a
-key: one task promoted and published, the rest held again, the key not
-noted again yet).
+key and noted it again: one task promoted and published, the rest held
+again, no other key woken yet).
 
 Run as ``celery -A tests.celery_apps.listed worker`` with the basic app's
 ``REDISLOCK_TEST_*`` environment (see :mod:`tests.celery_apps.basic`).
@@ -118,7 +118,7 @@ def _install_faults(prefix: str, rec: Any) -> None:
     back_to_the_head = arrival._back_to_the_head
     note_waiting = arrival.note_waiting
     block = promotion.LIMIT_BLOCK
-    note_again = promotion.note_blocked
+    promote_woken = promotion._promote_woken
 
     def parked(*args: Any, **kwargs: Any) -> Any:
         pending = back_to_the_head(*args, **kwargs)
@@ -135,11 +135,12 @@ def _install_faults(prefix: str, rec: Any) -> None:
         return reply
 
     def woken(*args: Any, **kwargs: Any) -> Any:  # promoted one, the rest held again
+        published = promote_woken(*args, **kwargs)
         kill_at("listed_woken")
-        return note_again(*args, **kwargs)
+        return published
 
     arrival._back_to_the_head = parked  # type: ignore[assignment]
-    promotion.note_blocked = woken  # type: ignore[assignment]
+    promotion._promote_woken = woken  # type: ignore[assignment]
     arrival.note_waiting = released  # type: ignore[assignment]
     promotion.LIMIT_BLOCK = noted  # type: ignore[assignment]
 

@@ -312,11 +312,13 @@ def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
 ) -> None:
     """``limit_wake.lua`` on a listed limit of 2: with names noted and a slot
     free, the oldest is woken (but the one passed over), with the limit its
-    head asked and whether the rest of its work is to stay held; with none
-    noted, nobody; with a blocking waiter queued, nobody is woken (the
-    waiter is handed the slot) and the noted name keeps its place."""
+    head asked, whether the rest of its work is to stay held (then it is
+    noted again, behind the others, until ``limit_forget.lua`` takes it
+    out) and whether the limit has room for one more; slots in flight count
+    as taken; with none noted, nobody; with a blocking waiter queued, nobody
+    is woken (the waiter is handed the slot) and the noted name keeps its place."""
     from celery_redislock.core.keys import LeaseKeys
-    from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_WAKE
+    from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_WAKE
     from celery_redislock.core.semaphore import FairSemaphore
 
     limit = f"shared-{uuid.uuid4().hex[:8]}"
@@ -328,11 +330,19 @@ def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     assert first.acquire(blocking=False) and second.acquire(blocking=False)
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 2, 60_000, 0, 1]) == 1  # noted
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:i", 2, 60_000, 0, 0]) == 1
-    assert LIMIT_WAKE(redis_client, script_keys, [""]) == []  # noted, but no room
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000]) == []  # noted, but no room
     first.release()
-    assert LIMIT_WAKE(redis_client, script_keys, ["acct:k"]) == [b"acct:i", 2, 0]  # passed over
-    assert LIMIT_WAKE(redis_client, script_keys, [""]) == [b"acct:k", 2, 1]  # noted to hold
-    assert LIMIT_WAKE(redis_client, script_keys, [""]) == []  # nobody left
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000]) == []  # the slot in flight
+    woken = LIMIT_WAKE(redis_client, script_keys, ["acct:k", 0, 60_000])
+    assert woken == [b"acct:i", 2, 0, 0]  # passed over; no room for one more
+    second.release()
+    woken = LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000])
+    assert woken == [b"acct:k", 2, 1, 1]  # noted to hold, so noted again; room for one more
+    assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:k"]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000]) == [b"acct:k", 2, 1, 0]
+    assert LIMIT_FORGET(redis_client, [keys.blocked, keys.blocked_limits], ["acct:k"]) == 1
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000]) == []  # nobody left
+    assert second.acquire(blocking=False)
 
     assert first.acquire(blocking=False)
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:j", 2, 60_000, 0, 0]) == 1
@@ -340,7 +350,7 @@ def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     waiter.start()
     try:
         wait_for(lambda: third.waiters(), 10, message="the waiter queued")
-        assert LIMIT_WAKE(redis_client, script_keys, [""]) == []
+        assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000]) == []
         assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:j"]
     finally:
         second.release()  # hands the slot to the waiter

@@ -12,21 +12,11 @@
 -- left alone, and the caller does not note the name);
 -- due as next_due() (the hold's end when nothing else comes first).
 
+--- @include "includes/hold_for_limit"
 --- @include "includes/next_due"
---- @include "includes/now"
---- @include "includes/park_keys"
 --- @include "includes/stored_limit"
 
-local held = 0
-if redis.call('ZCARD', PARK) > 0 then
-  local current = redis.call('HMGET', PMETA, 'lhold', 'lwait')
-  local until_ms = tonumber(current[1] or '0')
-  if until_ms <= NOW_MS or current[2] == ARGV[3] then
-    held = 1
-    local hold = NOW_MS + tonumber(ARGV[2])
-    if hold > until_ms then redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[3]) end
-  end
-end
+local held = hold_for_limit(ARGV[3], tonumber(ARGV[2]))
 -- next_due() reads whether anything is parked: "not held" does not mean
 -- "nothing parked" (a hold for another limit), and told "nothing parked" it
 -- would drop the park's metadata and messages.

@@ -13,11 +13,19 @@
 -- ARGV[6] max          most promotions in this call (bounds the reply)
 -- ARGV[7] task         the releasing run's task name
 -- ARGV[8] max_publishes  as park_promote.lua's ARGV[6]
--- Returns {due, held, kind, id, token, envelope, guard, ...}: held as release.lua's
--- reply; the rest as park_promote.lua's; due -2 when nothing was parked or
+-- ARGV[9] hold_ms      0, or: the run makes way for the names waiting for the
+--                      listed limit ARGV[10], which it gave to one of them:
+--                      its name's parked work is held for that limit this long
+--                      (as park_hold.lua) before anything is promoted, and the
+--                      caller notes the name behind them (limit_block.lua)
+-- ARGV[10] waits_for   that listed limit ("" with ARGV[9] 0)
+-- Returns {due, held, held_for, kind, id, token, envelope, guard, ...}: held as
+-- release.lua's reply; held_for 1 if the parked work is now held for
+-- ARGV[10]; the rest as park_promote.lua's; due -2 when nothing was parked or
 -- in flight before this call (so the name has no index entry to update: on
 -- a Cluster, core/park.py NOTHING_BEFORE).
 
+--- @include "includes/hold_for_limit"
 --- @include "includes/next_due"
 --- @include "includes/park_keys"
 --- @include "includes/promote_parked"
@@ -29,10 +37,12 @@ local pending = redis.call('EXISTS', PARK, INFLIGHT) > 0
 if not pending then
   -- Nothing parked or in flight: the previous script already left no index
   -- entry and no PMETA (see next_due()), so there is nothing to update.
-  return {-2, held}
+  return {-2, held, 0}
 end
+local held_for = 0
+if tonumber(ARGV[9]) > 0 then held_for = hold_for_limit(ARGV[10], tonumber(ARGV[9])) end
 local limit = stored_limit(tonumber(ARGV[4]))
-local out = {0, held}
+local out = {0, held, held_for}
 local state, parked = promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7],
   tonumber(ARGV[8]))
 out[1] = next_due(limit, state.n, parked)

@@ -1,0 +1,16 @@
+--- @include "includes/now"
+--- @include "includes/park_keys"
+
+-- Hold the name's parked work for the listed limit `limit` for `hold_for`
+-- ms more (PMETA lhold and lwait, as park_head.lua sets them), if anything
+-- is parked and no hold for another limit is on (it is left alone); a
+-- hold only lengthens.  Returns 1 if the work is now held for `limit`, else 0.
+local function hold_for_limit(limit, hold_for)
+  if redis.call('ZCARD', PARK) == 0 then return 0 end
+  local current = redis.call('HMGET', PMETA, 'lhold', 'lwait')
+  local until_ms = tonumber(current[1] or '0')
+  if until_ms > NOW_MS and current[2] ~= limit then return 0 end
+  local hold = NOW_MS + hold_for
+  if hold > until_ms then redis.call('HSET', PMETA, 'lhold', hold, 'lwait', limit) end
+  return 1
+end
