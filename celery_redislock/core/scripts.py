@@ -36,6 +36,7 @@ __all__ = [
     "INSPECT",
     "LIMIT_BLOCK",
     "LIMIT_FORGET",
+    "LIMIT_RELEASE",
     "LIMIT_WAKE",
     "OVERRIDE",
     "PARK_ARRIVE",
@@ -159,6 +160,7 @@ PARK_HOLD = _script("park_hold.lua")
 LIMIT_BLOCK = _script("limit_block.lua")
 LIMIT_WAKE = _script("limit_wake.lua")
 LIMIT_FORGET = _script("limit_forget.lua")
+LIMIT_RELEASE = _script("limit_release.lua")
 PARK_RELEASE = _script("park_release.lua")
 PARK_DROP = _script("park_drop.lua")
 PARK_INSPECT = _script("park_inspect.lua")

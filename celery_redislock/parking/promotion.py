@@ -23,8 +23,8 @@ from ..core import liveness
 from ..core.capacity import Capacity
 from ..core.keys import lease_keys
 from ..core.leaseset import LeaseSet
-from ..core.park import Parking, Promotion, PromotionKind
-from ..core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_WAKE, text
+from ..core.park import WAIT_LEASE_MS, Parking, Promotion, PromotionKind
+from ..core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_RELEASE, LIMIT_WAKE, text
 from ..enqueue import dedupe
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for, settings_for
@@ -34,6 +34,7 @@ from .states import PROMOTED, ParkUnclaimed, mark_failed, mark_revoked, store_st
 __all__ = [
     "after_release",
     "discarded_by_worker",
+    "listed_releaser",
     "never_runs",
     "promote",
     "release_dead_holders",
@@ -276,7 +277,9 @@ def discarded_by_worker(
         )
 
 
-def wake_waiting_for(app: Any, limit: str, passed_over: str = "") -> bool:
+def wake_waiting_for(
+    app: Any, limit: str, passed_over: str = "", woken: Sequence[Any] | None = None
+) -> bool:
     """After a slot of ``limit`` came back (or might have): wake the oldest
     name whose parked head waits for it as a listed limit, other than
     ``passed_over`` (``limit_wake.lua`` takes it out of the limit's blocked
@@ -290,7 +293,8 @@ def wake_waiting_for(app: Any, limit: str, passed_over: str = "") -> bool:
     last lifts the hold, so the sweeper promotes the rest); a woken name
     that promotes nothing (its own slots full, its park empty, a hold for
     another limit) does not use the slot up.  Returns whether a task was
-    published.
+    published.  ``woken``: the reply of the release that woke the first name
+    already (:func:`listed_releaser`; empty: it woke nobody).
 
     Not guaranteed: a name noted by another process between the wake-up
     that noted it again and :func:`_promote_woken`'s taking that note back
@@ -299,11 +303,12 @@ def wake_waiting_for(app: Any, limit: str, passed_over: str = "") -> bool:
     keys = lease_keys(settings.prefix, limit)
     in_flight = 0
     for attempt in range(WAKE_TRIES):
-        woken = LIMIT_WAKE(
-            client,
-            [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
-            [passed_over, in_flight, BLOCKED_MEMORY_MS],
-        )
+        if woken is None or attempt:
+            woken = LIMIT_WAKE(
+                client,
+                [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
+                [passed_over, in_flight, BLOCKED_MEMORY_MS],
+            )
         if not woken:
             break
         noted_again = bool(int(woken[2]))
@@ -313,6 +318,25 @@ def wake_waiting_for(app: Any, limit: str, passed_over: str = "") -> bool:
         if published and not int(woken[3]):
             break
     return in_flight > 0
+
+
+def listed_releaser(lease_set: LeaseSet, woken: list[Any]) -> Callable[[str], bool]:
+    """The release of a run's lease of a listed limit (for
+    ``LeaseSet.release_through``): the slot is given back and the oldest name
+    waiting for the limit is woken in one call (``limit_release.lua``); its
+    reply is left in ``woken`` for :func:`wake_waiting_for` (empty: nobody)."""
+
+    def release(owner: str) -> bool:
+        keys = lease_set.keys
+        reply = LIMIT_RELEASE(
+            lease_set.client,
+            [*keys.lease_keys(), keys.blocked, keys.blocked_limits, *keys.script_keys()[7:]],
+            [owner, WAIT_LEASE_MS, BLOCKED_MEMORY_MS],
+        )
+        woken[:] = reply[1:]
+        return bool(int(reply[0]))
+
+    return release
 
 
 def _promote_woken(app: Any, name: str, limit: str, noted_again: bool, last: bool) -> int:

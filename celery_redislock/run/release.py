@@ -11,7 +11,7 @@ same id elsewhere keeps its lease.  Both send ``lock_released``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
@@ -24,7 +24,7 @@ from ..core.rate import NO_RATE
 from ..enqueue import dedupe
 from ..enqueue.listed_limits import Need
 from ..enqueue.options import HEADER_POLICY
-from ..parking.promotion import wake_waiting_for
+from ..parking.promotion import listed_releaser, wake_waiting_for
 from ..policies import POLICIES, Context, check_policy
 from . import listed_leases
 
@@ -122,19 +122,22 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     try:
         for held in getattr(request, "redislock_listed", None) or ():
             if held.token is not None:
-                release_run(task, request.id, held, reason, kind="semaphore")
-                if _wake(task, held.name):
+                woken: list[Any] = []
+                releaser = listed_releaser(held, woken)
+                release_run(task, request.id, held, reason, releaser, kind="semaphore")
+                if woken and _wake(task, held.name, woken):
                     woke.append(held)
     finally:
         if lease_set.token is not None:  # else released already (by retry())
             _release_own(task, request, lease_set, reason, woke)
 
 
-def _wake(task: Any, limit: str) -> bool:
-    """A listed limit's slot came back: wake a name whose parked head waits
-    for it; returns whether one was woken."""
+def _wake(task: Any, limit: str, woken: Sequence[Any]) -> bool:
+    """A listed limit's slot came back and its release woke a name whose
+    parked head waits for it (``woken``): promote it; returns whether a task
+    was published."""
     try:
-        return wake_waiting_for(task.app, limit)
+        return wake_waiting_for(task.app, limit, woken=woken)
     except Exception as exc:  # its hold ends by itself; the run's own outcome stands
         log.warning("%s: could not wake the names waiting for %r (%r)", task.name, limit, exc)
         return False

@@ -307,6 +307,32 @@ def test_a_wake_up_promotes_one_and_holds_the_rest_for_the_limit_again(
     assert park.status().parked == 1
 
 
+def test_a_listed_release_gives_the_slot_back_and_wakes_the_oldest_noted_name_in_one_call(
+    redis_client: Any, prefix: str
+) -> None:
+    """``limit_release.lua`` (a run's release of a listed lease): the slot
+    is given back first, so the oldest noted name is woken by the same
+    call; with nobody noted, the reply is the release's alone."""
+    from celery_redislock.core.keys import LeaseKeys
+    from celery_redislock.core.scripts import LIMIT_BLOCK
+    from celery_redislock.core.semaphore import FairSemaphore
+    from celery_redislock.parking.promotion import listed_releaser
+
+    limit = f"shared-{uuid.uuid4().hex[:8]}"
+    keys = LeaseKeys(prefix, limit)
+    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    holder = FairSemaphore(redis_client, limit, 1, ttl=30, prefix=prefix, index=True)
+    assert holder.acquire(blocking=False)
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 1, 60_000, 0, 0]) == 1  # full: noted
+    woken: list[Any] = []
+    holder.release_through(listed_releaser(holder, woken))
+    assert woken == [b"acct:k", 1, 0, 0]
+    assert holder.holders() == [] and redis_client.zrange(keys.blocked, 0, -1) == []
+    assert holder.acquire(blocking=False)
+    holder.release_through(listed_releaser(holder, woken))
+    assert woken == []
+
+
 def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     redis_client: Any, prefix: str
 ) -> None:

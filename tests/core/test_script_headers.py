@@ -30,6 +30,7 @@ from celery_redislock.core.park import ParkConfig, Parking, due_names, wake
 from celery_redislock.core.rate import NO_RATE
 from celery_redislock.core.replication import acknowledged_by
 from celery_redislock.enqueue import dedupe
+from celery_redislock.parking import promotion
 from tests.waiting import wait_for
 
 LUA = Path(scripts.__file__).parent / "lua"
@@ -47,11 +48,10 @@ def declared(name: str) -> tuple[set[int] | None, set[int] | None]:
         # "and KEYS[n] ... (optional": the lease set's index of held names.
         keys = {count, count - 3} if shared.group(2) == "includes/park_keys.lua" else {count}
         extras = re.findall(r"and KEYS\[(\d+)\] \w+( \(optional)?", header)
-        if any(optional for _, optional in extras):
-            keys.add(count + 1)
         required = [int(n) for n, optional in extras if not optional]
         if required:  # keys every call passes after the shared ones
             keys = {max(required)}
+        keys |= {int(n) for n, optional in extras if optional}
     elif re.search(r"^-- KEYS: for lease i", header, re.MULTILINE):
         keys = None
     else:
@@ -173,6 +173,12 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], ["", 0, 60_000])
     assert woken == [f"{name}-p".encode(), 1, 1, 0]  # noted again
     assert scripts.LIMIT_FORGET(redis_client, blocked, [f"{name}-p"]) == 1
+    for index in (False, True):  # the held index: on a single server only
+        shared = FairSemaphore(redis_client, f"{name}-l", 1, ttl=5, prefix=prefix, index=index)
+        assert shared.acquire()
+        woken_by_release: list[Any] = []
+        shared.release_through(promotion.listed_releaser(shared, woken_by_release))
+        assert woken_by_release == []  # nobody noted
     park.status(count=10)
     park.drop("t2")
     assert park.where("t2", "1") == ("", "")

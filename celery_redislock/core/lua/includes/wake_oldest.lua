@@ -1,0 +1,49 @@
+--- @include "includes/admissible"
+--- @include "includes/holder_state"
+--- @include "includes/lease_set_keys"
+--- @include "includes/limit_of"
+--- @include "includes/now"
+--- @include "includes/purge_expired_holders"
+
+-- Take the oldest name noted in `blocked` (limit_block.lua) but
+-- `passed_over` out of the set, if its head would be admitted by this
+-- listed limit now, counting `in_flight` slots as taken besides its
+-- holders.  A name noted with holds 1 is noted again at once, behind the
+-- others (both keys then live `ttl_ms` more): its caller promotes one of
+-- its tasks and holds the rest for the limit again, so the next release
+-- that reaches it promotes one more.  Returns {name, asks, holds, room}
+-- (asks and holds as noted; room 1 if the limit would admit that head once
+-- more after this wake-up) or {}: none when the set is empty, when a
+-- blocking waiter is queued on the limit (it is handed the slot, and a
+-- newcomer may not pass it: acquire.lua), or when the oldest head is not
+-- admissible by its own limit beside the current holders (THE INVARIANT),
+-- so that a woken head is admitted when it tries unless another run takes
+-- the slot first; FIFO: the oldest waits for a slot its limit admits, the
+-- others behind it.
+local function wake_oldest(blocked, limits, passed_over, in_flight, ttl_ms)
+  local first_two = redis.call('ZRANGE', blocked, 0, 1)
+  local oldest = first_two[1]
+  if oldest == passed_over then oldest = first_two[2] end
+  if not oldest then return {} end
+  if redis.call('EXISTS', QUEUE) == 1 then return {} end
+  purge_expired_holders()
+  local noted = redis.call('HGET', limits, oldest) or '1 0'
+  local raw, holds = string.match(noted, '^(%-?%d+) ?(%d?)$')
+  raw, holds = tonumber(raw or '1'), tonumber(holds) or 0
+  local state = holder_state()
+  state.n = state.n + in_flight
+  local limit = limit_of(raw)
+  if not admissible(state, limit) then return {} end
+  if holds == 1 then
+    redis.call('ZADD', blocked, NOW_MS, oldest)  -- to the back
+    redis.call('PEXPIRE', blocked, ttl_ms)
+    redis.call('PEXPIRE', limits, ttl_ms)
+  else
+    redis.call('ZREM', blocked, oldest)
+    redis.call('HDEL', limits, oldest)
+  end
+  state.n = state.n + 1
+  local room = 0
+  if admissible(state, limit) then room = 1 end
+  return {oldest, raw, holds, room}
+end

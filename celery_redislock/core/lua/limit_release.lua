@@ -1,0 +1,23 @@
+-- limit_release.lua: a run gives its slot of a listed limit back (as
+-- release.lua), and the oldest name whose parked head waits for the limit
+-- is woken (as limit_wake.lua), in one call: the end of a run costs one
+-- round trip per listed limit.
+-- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
+-- and KEYS[8] blocked (limit_block.lua's KEYS[8]), and KEYS[9] limits (its KEYS[9]),
+-- and KEYS[10] HELD (optional; release.lua's KEYS[8]).
+-- ARGV[1] owner
+-- ARGV[2] wake_ms    as release.lua's ARGV[2]
+-- ARGV[3] ttl_ms     as limit_wake.lua's ARGV[3]
+-- Returns {held, name, asks, holds, room} or {held}: held as release.lua's
+-- reply; the rest as limit_wake.lua's (nobody woken: none).
+
+--- @include "includes/lease_set_keys"
+--- @include "includes/release_owner"
+--- @include "includes/wake_oldest"
+
+HELD = KEYS[10]
+
+local held = release_owner(ARGV[1], tonumber(ARGV[2]))
+local reply = wake_oldest(KEYS[8], KEYS[9], '', 0, ARGV[3])
+table.insert(reply, 1, held)
+return reply
