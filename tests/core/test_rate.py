@@ -333,6 +333,25 @@ def test_a_listed_release_gives_the_slot_back_and_wakes_the_oldest_noted_name_in
     assert woken == []
 
 
+def test_a_wake_up_reports_room_for_one_more_only_while_nobody_else_waits(
+    redis_client: Any, prefix: str
+) -> None:
+    """``limit_wake.lua`` on a free listed limit of 3: with two names noted,
+    waking the first does not report room for one more (the second is
+    next, and a task promoted for it is not counted as a holder yet); the
+    second, then alone, does."""
+    from celery_redislock.core.keys import LeaseKeys
+    from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_WAKE
+
+    limit = f"shared-{uuid.uuid4().hex[:8]}"
+    keys = LeaseKeys(prefix, limit)
+    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    for name in ("acct:a", "acct:b"):  # in flight: 3 of 3, so noted
+        assert LIMIT_BLOCK(redis_client, script_keys, [name, 3, 60_000, 3, 0]) == 1
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000]) == [b"acct:a", 3, 0, 0]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000]) == [b"acct:b", 3, 0, 1]
+
+
 def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     redis_client: Any, prefix: str
 ) -> None:

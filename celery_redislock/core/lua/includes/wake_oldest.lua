@@ -12,8 +12,8 @@
 -- others (both keys then live `ttl_ms` more): its caller promotes one of
 -- its tasks and holds the rest for the limit again, so the next release
 -- that reaches it promotes one more.  Returns {name, asks, holds, room}
--- (asks and holds as noted; room 1 if the limit would admit that head once
--- more after this wake-up) or {}: none when the set is empty, when a
+-- (asks and holds as noted; room 1 if no other name is noted and the limit
+-- would admit that head once more after this wake-up) or {}: none when the set is empty, when a
 -- blocking waiter is queued on the limit (it is handed the slot, and a
 -- newcomer may not pass it: acquire.lua), or when the oldest head is not
 -- admissible by its own limit beside the current holders (THE INVARIANT),
@@ -42,8 +42,10 @@ local function wake_oldest(blocked, limits, passed_over, in_flight, ttl_ms)
     redis.call('ZREM', blocked, oldest)
     redis.call('HDEL', limits, oldest)
   end
-  state.n = state.n + 1
+  -- Room for one more only while no other name waits: one in flight to
+  -- each of them (promoted, not holding yet) is not counted here.
   local room = 0
-  if admissible(state, limit) then room = 1 end
+  state.n = state.n + 1
+  if redis.call('ZCARD', blocked) == holds and admissible(state, limit) then room = 1 end
   return {oldest, raw, holds, room}
 end
