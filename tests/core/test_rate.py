@@ -263,6 +263,34 @@ def test_a_hold_for_one_listed_limit_is_left_alone_by_another(
     assert promotion.task_id == "t1" and promotion.envelope == envelope
 
 
+def test_a_release_that_makes_way_holds_the_parked_work_instead_of_promoting_it(
+    redis_client: Any, prefix: str
+) -> None:
+    """``park_release.lua`` with a hold for listed limit L (a run that gave
+    its slot of L to a name waiting for it): the slot is given back and the
+    parked work held for L, nothing promoted, until ``unhold`` for L; with a
+    hold for another limit M on, that hold stays and the reply says the work
+    is not held for L (the caller takes the name's note back)."""
+    one = Capacity.semaphore(1)
+    config = ParkConfig(deadline=5)
+    park = Parking(redis_client, prefix, f"acct:{uuid.uuid4().hex[:6]}")
+    assert park.try_hold(one, "o.1", 5, "{}", NO_RATE).verdict is Verdict.HELD
+    for task_id in ("t1", "t2"):
+        assert park.enqueue(task_id, one, "{}", 0, config, "t").count  # full: parked
+    held, promotions, held_for = park.release_making_way("o.1", one, config, "t", "L", 30)
+    assert (held, promotions, held_for) == (True, [], True)
+    assert (park.status().parked, park.status().waits_for) == (2, "L")
+    (promoted,), _ = park.unhold(config, "L")
+    assert promoted.task_id == "t1"
+
+    other = Parking(redis_client, prefix, f"acct:{uuid.uuid4().hex[:6]}")
+    assert other.try_hold(one, "o.2", 5, "{}", NO_RATE).verdict is Verdict.HELD
+    assert other.park_at_head("t3", one, "{}", 0, 0, "t", NO_RATE, hold=30, waits_for="M").count
+    held, promotions, held_for = other.release_making_way("o.2", one, config, "t", "L", 30)
+    assert (held, promotions, held_for) == (True, [], False)
+    assert other.status().waits_for == "M"
+
+
 def test_a_head_sent_back_by_another_limit_replaces_the_hold_for_the_first(
     redis_client: Any, prefix: str
 ) -> None:

@@ -43,6 +43,13 @@ local held_for = 0
 if tonumber(ARGV[9]) > 0 then held_for = hold_for_limit(ARGV[10], tonumber(ARGV[9])) end
 local limit = stored_limit(tonumber(ARGV[4]))
 local out = {0, held, held_for}
+if held_for == 1 then
+  -- The hold stops the head, so there is nothing to promote; an expired
+  -- head or an overdue reservation is dealt with by the wake-up that lifts
+  -- the hold (or the sweeper at its end), as under any hold.
+  out[1] = next_due(limit, nil, true)
+  return out
+end
 local state, parked = promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7],
   tonumber(ARGV[8]))
 out[1] = next_due(limit, state.n, parked)
