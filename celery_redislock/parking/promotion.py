@@ -452,7 +452,8 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
                         owner,
                     )
                 _publish_all(app, parking, promotions, None)
-            wake_waiting_for(app, name)  # the name may be a listed limit
+                if held:  # the name may be a listed limit: a slot came back
+                    wake_waiting_for(app, name)
         liveness.forget(client, settings.prefix, dead.process)
     return released
 

@@ -87,6 +87,14 @@ class Context:
         return str(self.task._redislock_kind)
 
     @property
+    def waited(self) -> str:
+        """How long a waiting run that gave up waited, for its error: a rate
+        that admits it only after the wait timeout is given up at once."""
+        if self.rate_wait is not None:
+            return f"past the wait timeout of {self.wait_timeout} s"
+        return f"after waiting {self.wait_timeout} s"
+
+    @property
     def refusal(self) -> str:
         """Why a refused run was refused, for log lines and errors."""
         if self.refused_by is not None:

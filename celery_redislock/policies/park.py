@@ -54,9 +54,7 @@ class Park(Policy):
         raise wait_for_a_limit(ctx)
 
     def contended(self, ctx: Context) -> NoReturn:
-        fail(
-            ctx, self.name, f"{ctx.refusal} after waiting {ctx.wait_timeout} s (policy park, eager)"
-        )
+        fail(ctx, self.name, f"{ctx.refusal} {ctx.waited} (policy park, eager)")
 
     def publish(self, ctx: Context) -> Any:
         task, send = ctx.task, ctx.need_send()

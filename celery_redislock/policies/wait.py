@@ -34,4 +34,4 @@ class Wait(Policy):
         held = f"{ctx.kind} {ctx.name!r} still held"
         if ctx.refused_by is not None:
             held = ctx.refusal
-        fail(ctx, self.name, f"{held} after waiting {ctx.wait_timeout} s (policy wait)")
+        fail(ctx, self.name, f"{held} {ctx.waited} (policy wait)")

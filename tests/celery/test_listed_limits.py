@@ -472,6 +472,32 @@ def test_a_listed_limit_with_a_rate_refuses_a_start_over_it(app: Celery) -> None
     assert "listed limit 's' is over its rate" in str(refused)
 
 
+def test_wait_gives_up_at_once_on_a_listed_rate_that_admits_it_only_after_the_timeout(
+    app: Celery,
+) -> None:
+    """``wait`` (eager) refused by a listed limit's rate that admits the run
+    only in a minute, with a wait timeout of 30 s: it does not sleep for
+    nothing, and its error says the rate's wait is past the timeout (not
+    that it waited 30 s)."""
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="w:{account_id}",
+        lock_policy="wait",
+        lock_wait_timeout=30,
+        limits=[Limit(f"s-{uuid.uuid4().hex[:6]}", 5, rate="1/m")],
+    )
+    def report(account_id: int) -> None: ...
+
+    assert report.apply((1,)).successful()
+    refused = report.apply((2,)).result
+    assert isinstance(refused, LockContended)
+    assert "is over its rate (admitted in" in str(refused)
+    assert "past the wait timeout of 30 s (policy wait)" in str(refused)
+
+
 def test_rate_limited_task_takes_limits_with_park_and_keep_latest_is_refused_per_call(
     app: Celery,
 ) -> None:
@@ -1012,6 +1038,36 @@ def test_a_whole_worker_killed_while_holding_wakes_the_key_waiting_for_its_limit
     scene.worker(concurrency=2)
     assert waiting.get(timeout=25) == 0  # well before the 30 s ttl and the 120 s fallback
     assert scene.starts() == [("a", 0), ("b", 0)]
+
+
+def test_a_whole_worker_killed_holding_two_slots_in_one_process_wakes_a_key_for_each(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The killed worker (a thread pool: one process) holds both slots of
+    the shared limit (2); keys b and d wait.  The dead-holder path gives
+    back each slot and wakes a key for each: d runs while b's run still
+    holds its slot (b's release cannot be what woke it; the fallback retry
+    is 120 s, the ttl 30 s)."""
+    from tests.celery.test_park import stated_names
+
+    scene = Scene(start, redis_url, redis_client, shared=2)
+    doomed = start(scene.config, module="tests.celery_apps.listed", pool="threads", concurrency=3)
+    scene.call("a", 0, gate=True)
+    scene.call("c", 0, gate=True)
+    scene.wait_started(("a", 0))
+    scene.wait_started(("c", 0))
+    wait_for(lambda: len(scene.holders(SHARED)) == 2, 30, message="both slots held")
+    wait_for(lambda: SHARED in stated_names(scene.app), 30, message="the leases stated")
+    b0 = scene.call("b", 0, gate=True)
+    scene.wait_noted("b")
+    d0 = scene.call("d", 0, duration=0.1)
+    scene.wait_noted("b", "d")
+    doomed.kill()
+    scene.worker(concurrency=3)
+    assert d0.get(timeout=25) == 0  # before the ttl and the fallback, b still running
+    assert ("b", 0) in scene.starts()
+    scene.open("b")
+    assert b0.get(timeout=30) == 0
 
 
 def test_keys_waiting_for_a_shared_limit_take_turns(

@@ -1,8 +1,9 @@
 -- park_hold.lua: hold a name's parked work for a listed limit (PMETA lhold
--- and lwait, as park_head.lua sets them), if anything is parked: a run of
--- the name that ends while that limit has names waiting makes way for them
--- instead of promoting its name's next task into a limit it would not get.
--- park_unhold.lua lifts the hold when the limit wakes the name.
+-- and lwait, as park_head.lua sets them), if anything is parked, without a
+-- release (Parking.hold_for: a tool's or a test's way to put a name in that
+-- state; a run that makes way holds through its own release, with the hold
+-- of park_release.lua).  park_unhold.lua lifts the hold when the limit wakes
+-- the name.
 -- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).
 -- ARGV[1] name
 -- ARGV[2] hold_ms    hold this long at most (a hold only lengthens)
