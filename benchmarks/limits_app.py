@@ -8,7 +8,10 @@ Two ways to run an account's tasks, each of ``BENCH_TASK_SECONDS``, under
 * ``listed``: the same plus ``limits=[Limit("shared:<BENCH_RUN>", BENCH_SHARED)]``:
   at most ``BENCH_SHARED`` of all accounts at once, on a shared downstream
   (one name for every call, as a real shared limit is; ``BENCH_RUN`` keeps
-  runs apart).
+  runs apart);
+* ``floor``: the same with a listed limit of ``FLOOR`` that is never full:
+  each run takes and gives back its listed lease and nothing waits for it,
+  the least two limits can cost (a control).
 
 Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_EVENTS_DIR``,
 ``BENCH_READY_FILE``, ``BENCH_SHARED``, ``BENCH_TASK_SECONDS``, ``BENCH_RUN``).  Each body
@@ -34,6 +37,7 @@ PER_ACCOUNT = 3
 SHARED = int(os.environ.get("BENCH_SHARED", "10"))
 TASK_SECONDS = float(os.environ.get("BENCH_TASK_SECONDS", "0.2"))
 RUN = os.environ.get("BENCH_RUN", "")
+FLOOR = 1_000_000  # never full
 
 app = Celery("limits", broker=URL, set_as_current=False)
 app.conf.update(
@@ -75,6 +79,17 @@ def listed(run: str, account: str, seq: int, sent: float) -> None:
     _body(run, account, seq, sent)
 
 
-TASKS = {"single": single, "listed": listed}
+@app.task(
+    base=SemaphoreTask,
+    name="limits.floor",
+    semaphore_key="acct:{run}:{account}",
+    semaphore_limit=PER_ACCOUNT,
+    limits=[Limit(f"floor:{RUN}", FLOOR)],
+)
+def floor(run: str, account: str, seq: int, sent: float) -> None:
+    _body(run, account, seq, sent)
+
+
+TASKS = {"single": single, "listed": listed, "floor": floor}
 
 task_events.record_retries_and_etas(URL)

@@ -4,7 +4,8 @@
 then ``light_accounts`` light accounts send ``light_jobs`` each; per-account
 limit 3; two prefork workers ``-c 8``.  Side by side in one run
 (``benchmarks.limits_app``): ``single``, the per-account limit alone, and
-``listed``, the same task with ``limits=[Limit("shared:<run>", shared)]``.
+``listed``, the same task with ``limits=[Limit("shared:<run>", shared)]``,
+and ``floor``, a control: the same with a listed limit never full.
 Per contender, from every body's start and end: the most runs at once of
 one account and of all (over-limit starts counted), how busy the shared
 limit was (runs at once over time, divided by the shared limit, from the
@@ -31,7 +32,7 @@ from typing import Any
 from . import common
 from .worker import Worker
 
-CONTENDERS = ("single", "listed")
+CONTENDERS = ("single", "listed", "floor")
 
 Run = tuple[str, int, float, float, float]  # account, seq, sent, start, end
 
@@ -227,7 +228,8 @@ def section(r: dict[str, Any]) -> str:
         f"{p['accounts']} accounts send {p['backlog']} tasks of {p['task_seconds']:g} s each, "
         f"then {p['light_accounts']} light accounts {p['light_jobs']} each; "
         f"{p['workers']} prefork workers `-c {p['concurrency']}`; `single`: the per-account "
-        f'limit alone, `listed`: plus `limits=[Limit("shared", {p["shared"]})]`.\n',
+        f'limit alone, `listed`: plus `limits=[Limit("shared", {p["shared"]})]`, '
+        "`floor`: plus a listed limit never full (a control: the least two limits cost).\n",
         "| contender | ran | most at once | most of one account | shared busy | account "
         "share (min-max x mean) | light p50 wait (s) | Redis CPU us/task | Redis cmds/task |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -239,6 +241,17 @@ def section(r: dict[str, Any]) -> str:
             f"{_f(row.get('share_min'), '.2f')}-{_f(row.get('share_max'), '.2f')} | "
             f"{_f(row.get('light_p50_s'), '.3f')} | {_f(row.get('redis_cpu_us_per_task'), '.0f')} "
             f"| {_f(row.get('redis_cmds_per_task'), '.1f')} |"
+        )
+    cpu = {row["contender"]: row.get("redis_cpu_us_per_task") for row in r["runs"]}
+    if cpu.get("single"):
+        lines.append("")
+        lines.append(
+            "Redis CPU per task against `single`: "
+            + ", ".join(
+                f"`{name}` {value / cpu['single']:.2f} x"
+                for name, value in cpu.items()
+                if value and name != "single"
+            )
         )
     if r.get("targets"):
         lines.append("")

@@ -294,11 +294,10 @@ def wake_waiting_for(
     that promotes nothing (its own slots full, its park empty, a hold for
     another limit) does not use the slot up.  Returns whether a task was
     published.  ``woken``: the reply of the release that woke the first name
-    already (:func:`listed_releaser`; empty: it woke nobody).
-
-    Not guaranteed: a name noted by another process between the wake-up
-    that noted it again and :func:`_promote_woken`'s taking that note back
-    (nothing held again) loses the note; its hold ends by itself."""
+    already (:func:`listed_releaser`; empty: it woke nobody).  When nothing
+    is held again, :func:`_promote_woken` takes back the note the wake-up
+    made, and only that one (``limit_forget.lua``): a note another process
+    made since (a run of the name refused) stays."""
     client, settings = client_for(app)
     keys = lease_keys(settings.prefix, limit)
     in_flight = 0
@@ -348,10 +347,16 @@ def _promote_woken(app: Any, name: str, limit: str, noted_again: bool, last: boo
     parking = Parking(client, settings.prefix, name)
     hold = LISTED_RETRY if noted_again and not last else 0.0
     promotions, held_again = parking.unhold(settings.park, limit, hold)
+    published = _publish_all(app, parking, promotions, None)
     if noted_again and not held_again:
+        # limit_forget.lua takes back only the note the wake-up made: one
+        # limit_block.lua made since (a run of the name refused) stays.
         keys = lease_keys(settings.prefix, limit)
-        LIMIT_FORGET(client, [keys.blocked, keys.blocked_limits], [name])
-    return _publish_all(app, parking, promotions, None)
+        try:
+            LIMIT_FORGET(client, [keys.blocked, keys.blocked_limits], [name])
+        except RedisError as exc:  # a stale note costs a wake-up that promotes nothing
+            log.warning("could not take back the note of %r on %r (%r)", name, limit, exc)
+    return published
 
 
 def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_flight: int = 0) -> bool:
@@ -452,10 +457,19 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
                         owner,
                     )
                 _publish_all(app, parking, promotions, None)
-                if held:  # the name may be a listed limit: a slot came back
-                    wake_waiting_for(app, name)
+                _wake_after_dead(app, name)
         liveness.forget(client, settings.prefix, dead.process)
     return released
+
+
+def _wake_after_dead(app: Any, name: str) -> None:
+    """A dead holder's slot of ``name`` came back (or had expired): wake a
+    name waiting for it, if ``name`` is a listed limit; an error is logged
+    (their holds end by themselves), so the clean-up goes on."""
+    try:
+        wake_waiting_for(app, name)
+    except Exception as exc:
+        log.warning("could not wake the names waiting for %r (%r)", name, exc)
 
 
 def _pid_of(process: str) -> int:

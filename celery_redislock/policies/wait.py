@@ -32,6 +32,6 @@ class Wait(Policy):
 
     def contended(self, ctx: Context) -> NoReturn:
         held = f"{ctx.kind} {ctx.name!r} still held"
-        if ctx.refused_by is not None:
+        if ctx.refused_by is not None or ctx.rate_wait is not None:
             held = ctx.refusal
         fail(ctx, self.name, f"{held} {ctx.waited} (policy wait)")

@@ -380,6 +380,31 @@ def test_a_wake_up_reports_room_for_one_more_only_while_nobody_else_waits(
     assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000]) == [b"acct:b", 3, 0, 1]
 
 
+def test_a_note_is_taken_back_only_if_it_is_the_one_a_wake_up_made(
+    redis_client: Any, prefix: str
+) -> None:
+    """``limit_forget.lua`` takes back the note a wake-up made when it noted
+    a holding name again (``limit_wake.lua``), not a note ``limit_block.lua``
+    made since (a run of the name refused by the limit meanwhile): that one
+    stays, so the name is still woken."""
+    from celery_redislock.core.keys import LeaseKeys
+    from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_WAKE
+
+    limit = f"shared-{uuid.uuid4().hex[:8]}"
+    keys = LeaseKeys(prefix, limit)
+    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    note = ["acct:k", 2, 60_000, 2, 1]  # 2 of 2 in flight: noted, holding
+    forget = [keys.blocked, keys.blocked_limits]
+    assert LIMIT_BLOCK(redis_client, script_keys, note) == 1
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000])[:3] == [b"acct:k", 2, 1]
+    assert LIMIT_BLOCK(redis_client, script_keys, note) == 1  # noted since: it keeps its place
+    assert LIMIT_FORGET(redis_client, forget, ["acct:k"]) == 0
+    assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:k"]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000])[:3] == [b"acct:k", 2, 1]
+    assert LIMIT_FORGET(redis_client, forget, ["acct:k"]) == 1
+    assert redis_client.zrange(keys.blocked, 0, -1) == []
+
+
 def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     redis_client: Any, prefix: str
 ) -> None:

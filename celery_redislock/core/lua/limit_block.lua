@@ -9,7 +9,8 @@
 --                  Redis time (ms) it was first noted
 --   limits   HASH  <prefix>:{<limit name>}:blocked:limits: name -> "<asks>
 --                  <holds>": the limit its head asks of this limit, as
---                  passed (limit_of(): an override applies), and ARGV[5];
+--                  passed (limit_of(): an override applies), and ARGV[5]
+--                  (" w" after them: noted again by a wake-up, wake_oldest());
 --                  both keys live ARGV[3] ms after the last note
 -- ARGV[1] the name whose head waits
 -- ARGV[2] its limit of this listed limit

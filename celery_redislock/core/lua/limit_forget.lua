@@ -1,10 +1,15 @@
 -- limit_forget.lua: take a name out of this listed limit's blocked set
--- (limit_block.lua): limit_wake.lua noted it again when it woke it, and
--- its wake-up held nothing again (nothing left parked, or nothing promoted).
+-- (limit_block.lua) if the note is the one a wake-up made when it noted the
+-- name again (wake_oldest(), used by limit_wake.lua and limit_release.lua,
+-- marks it): its wake-up held nothing again (nothing left parked).  A note
+-- limit_block.lua made since (a run of the name refused by the limit, or
+-- making way) stays.
 -- KEYS[1] blocked  limit_block.lua's KEYS[8]
 -- KEYS[2] limits   limit_block.lua's KEYS[9]
 -- ARGV[1] the name
--- Returns 1 if it was noted, else 0.
+-- Returns 1 if the note was taken back, else 0.
 
+local noted = redis.call('HGET', KEYS[2], ARGV[1])
+if not noted or string.sub(noted, -2) ~= ' w' then return 0 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 return redis.call('ZREM', KEYS[1], ARGV[1])

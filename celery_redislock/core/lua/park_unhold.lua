@@ -6,8 +6,9 @@
 -- slot of the limit came back).  With ARGV[8] > 0, once it promoted one
 -- (not an expired or unclaimed head, which it reports) and work is still
 -- parked, the rest is held for the limit again for that long: the sweeper
--- does not promote it into a limit that would send it back, and the caller
--- notes the name again behind the names waiting (limit_block.lua), so the
+-- does not promote it into a limit that would send it back; the name was
+-- noted again behind the names waiting by the wake-up (limit_wake.lua,
+-- limit_release.lua), or is noted by the caller (limit_block.lua), so the
 -- next release of the limit that reaches it promotes one more.  A hold for
 -- another limit stays (nothing is promoted then).
 -- KEYS: the nineteen keys of includes/park_keys.lua (KEYS[17] to KEYS[19] only on a single server).

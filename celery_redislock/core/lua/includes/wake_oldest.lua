@@ -9,7 +9,7 @@
 -- `passed_over` out of the set, if its head would be admitted by this
 -- listed limit now, counting `in_flight` slots as taken besides its
 -- holders.  A name noted with holds 1 is noted again at once, behind the
--- others (both keys then live `ttl_ms` more): its caller promotes one of
+-- others, marked so (both keys then live `ttl_ms` more): its caller promotes one of
 -- its tasks and holds the rest for the limit again, so the next release
 -- that reaches it promotes one more.  Returns {name, asks, holds, room}
 -- (asks and holds as noted; room 1 if no other name is noted and the limit
@@ -28,7 +28,7 @@ local function wake_oldest(blocked, limits, passed_over, in_flight, ttl_ms)
   if redis.call('EXISTS', QUEUE) == 1 then return {} end
   purge_expired_holders()
   local noted = redis.call('HGET', limits, oldest) or '1 0'
-  local raw, holds = string.match(noted, '^(%-?%d+) ?(%d?)$')
+  local raw, holds = string.match(noted, '^(%-?%d+) ?(%d?) ?w?$')
   raw, holds = tonumber(raw or '1'), tonumber(holds) or 0
   local state = holder_state()
   state.n = state.n + in_flight
@@ -36,6 +36,9 @@ local function wake_oldest(blocked, limits, passed_over, in_flight, ttl_ms)
   if not admissible(state, limit) then return {} end
   if holds == 1 then
     redis.call('ZADD', blocked, NOW_MS, oldest)  -- to the back
+    -- Marked as noted again by a wake-up: limit_forget.lua takes back only
+    -- such a note, not one limit_block.lua made since (it rewrites the entry).
+    redis.call('HSET', limits, oldest, raw .. ' 1 w')
     redis.call('PEXPIRE', blocked, ttl_ms)
     redis.call('PEXPIRE', limits, ttl_ms)
   else
