@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from celery import Celery
 
@@ -58,38 +59,26 @@ def _body(run: str, account: str, seq: int, sent: float) -> None:
     task_events.process_state(URL)["redis"].incr(f"limitsbench:done:{run}")
 
 
-@app.task(
-    base=SemaphoreTask,
-    name="limits.single",
-    semaphore_key="acct:{run}:{account}",
-    semaphore_limit=PER_ACCOUNT,
-)
-def single(run: str, account: str, seq: int, sent: float) -> None:
-    _body(run, account, seq, sent)
+def _account_task(contender: str, limits: list[Limit]) -> Any:
+    """One contender's task: an account's run under its per-account limit
+    (``park``, the default of ``SemaphoreTask``), and ``limits``."""
+
+    def account_run(run: str, account: str, seq: int, sent: float) -> None:
+        _body(run, account, seq, sent)
+
+    return app.task(
+        base=SemaphoreTask,
+        name=f"limits.{contender}",
+        semaphore_key="acct:{run}:{account}",
+        semaphore_limit=PER_ACCOUNT,
+        limits=limits,
+    )(account_run)
 
 
-@app.task(
-    base=SemaphoreTask,
-    name="limits.listed",
-    semaphore_key="acct:{run}:{account}",
-    semaphore_limit=PER_ACCOUNT,
-    limits=[Limit(f"shared:{RUN}", SHARED)],
-)
-def listed(run: str, account: str, seq: int, sent: float) -> None:
-    _body(run, account, seq, sent)
-
-
-@app.task(
-    base=SemaphoreTask,
-    name="limits.floor",
-    semaphore_key="acct:{run}:{account}",
-    semaphore_limit=PER_ACCOUNT,
-    limits=[Limit(f"floor:{RUN}", FLOOR)],
-)
-def floor(run: str, account: str, seq: int, sent: float) -> None:
-    _body(run, account, seq, sent)
-
-
-TASKS = {"single": single, "listed": listed, "floor": floor}
+TASKS = {
+    "single": _account_task("single", []),
+    "listed": _account_task("listed", [Limit(f"shared:{RUN}", SHARED)]),
+    "floor": _account_task("floor", [Limit(f"floor:{RUN}", FLOOR)]),
+}
 
 task_events.record_retries_and_etas(URL)
