@@ -239,7 +239,9 @@ def wait_for_a_limit(ctx: Context) -> StillPending:
     return pending
 
 
-def make_way(task: Any, request_id: str, own: LeaseSet, limit: str, asks: int) -> None:
+def make_way(
+    task: Any, request_id: str, own: LeaseSet, limit: str, asks: int, in_flight: int
+) -> None:
     """A run of ``own``'s name that held the listed limit ``limit`` ended, its
     slot of the limit went to a name that waited for it, and its own release
     held the name's parked work for the limit (``park_release.lua`` ARGV[9]:
@@ -247,10 +249,11 @@ def make_way(task: Any, request_id: str, own: LeaseSet, limit: str, asks: int) -
     back, a cycle through the broker for nothing): note the name behind the
     names waiting (:func:`note_waiting`, which wakes it at once if the limit
     has room for it and nobody is noted before it, so no wake-up is lost;
-    the name just woken counts as taking its slot).  Never raises: a failure
-    leaves the hold to end by itself."""
+    the ``in_flight`` tasks published for the names just woken count as
+    taking their slots).  Never raises: a failure leaves the hold to end by
+    itself."""
     try:
-        note_waiting(task, request_id, own, limit, asks, in_flight=1)
+        note_waiting(task, request_id, own, limit, asks, in_flight)
     except Exception as exc:
         log.warning("%s[%s]: could not make way on %r (%r)", task.name, request_id, limit, exc)
 

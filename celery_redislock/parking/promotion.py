@@ -279,7 +279,18 @@ def discarded_by_worker(
 
 def wake_waiting_for(
     app: Any, limit: str, passed_over: str = "", woken: Sequence[Any] | None = None
-) -> bool:
+) -> int:
+    """Never raises: an error is logged, and the holds of the names waiting
+    for ``limit`` end by themselves (:data:`LISTED_RETRY`), so whatever
+    release called it goes on.  See :func:`_wake_waiting_for`."""
+    try:
+        return _wake_waiting_for(app, limit, passed_over, woken)
+    except Exception as exc:
+        log.warning("could not wake the names waiting for %r (%r)", limit, exc)
+        return 0
+
+
+def _wake_waiting_for(app: Any, limit: str, passed_over: str, woken: Sequence[Any] | None) -> int:
     """After a slot of ``limit`` came back (or might have): wake the oldest
     name whose parked head waits for it as a listed limit, other than
     ``passed_over`` (``limit_wake.lua`` takes it out of the limit's blocked
@@ -292,7 +303,7 @@ def wake_waiting_for(
     one more, the next name is woken (:data:`WAKE_TRIES` times at most; the
     last lifts the hold, so the sweeper promotes the rest); a woken name
     that promotes nothing (its own slots full, its park empty, a hold for
-    another limit) does not use the slot up.  Returns whether a task was
+    another limit) does not use the slot up.  Returns the number of tasks
     published.  ``woken``: the reply of the release that woke the first name
     already (:func:`listed_releaser`; empty: it woke nobody).  When nothing
     is held again, :func:`_promote_woken` takes back the note the wake-up
@@ -316,7 +327,7 @@ def wake_waiting_for(
         in_flight += published
         if published and not int(woken[3]):
             break
-    return in_flight > 0
+    return in_flight
 
 
 def listed_releaser(lease_set: LeaseSet, woken: list[Any]) -> Callable[[str], bool]:
@@ -457,19 +468,9 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
                         owner,
                     )
                 _publish_all(app, parking, promotions, None)
-                _wake_after_dead(app, name)
+                wake_waiting_for(app, name)
         liveness.forget(client, settings.prefix, dead.process)
     return released
-
-
-def _wake_after_dead(app: Any, name: str) -> None:
-    """A dead holder's slot of ``name`` came back (or had expired): wake a
-    name waiting for it, if ``name`` is a listed limit; an error is logged
-    (their holds end by themselves), so the clean-up goes on."""
-    try:
-        wake_waiting_for(app, name)
-    except Exception as exc:
-        log.warning("could not wake the names waiting for %r (%r)", name, exc)
 
 
 def _pid_of(process: str) -> int:

@@ -56,8 +56,9 @@ class Context:
         ``request`` is the run's request when the run itself releases, None
         when the worker's main process releases for a dead child.  ``woke``:
         the run's listed limits (``limits=``) whose slot, given back first,
-        went to a name that waited for it.  ``call`` is empty, ``send`` and
-        ``wait_timeout`` None.
+        went to a name that waited for it, each with the number of tasks
+        published for the names woken (on their way to take their slots).
+        ``call`` is empty, ``send`` and ``wait_timeout`` None.
     """
 
     phase: Phase
@@ -78,8 +79,9 @@ class Context:
     refused_by: str | None = None
     #: the limit this run asked of it (as passed: an override of it applies)
     refused_limit: int | None = None
-    #: release phase: the listed limits whose slot went to a name that waited
-    woke: Sequence[LeaseSet] = ()
+    #: release phase: the listed limits whose slot went to a name that
+    #: waited, each with the number of tasks published for the names woken
+    woke: Sequence[tuple[LeaseSet, int]] = ()
 
     @property
     def kind(self) -> str:

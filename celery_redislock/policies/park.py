@@ -80,15 +80,12 @@ class Park(Policy):
         its next task would only be sent back by that limit.  A templated
         limit (``"region:{region}"``) is left out: the next task may not need it."""
         task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
-        for held in ctx.woke:
+        for held, published in ctx.woke:
             if held.name in task._redislock_listed_fixed:  # the next run needs it too
-                return releaser(
-                    task,
-                    lease_set,
-                    limit,
-                    held.name,
-                    partial(make_way, task, ctx.task_id, lease_set, held.name, held.limit),
+                note_behind = partial(
+                    make_way, task, ctx.task_id, lease_set, held.name, held.limit, published
                 )
+                return releaser(task, lease_set, limit, held.name, note_behind)
         return releaser(task, lease_set, limit)
 
     def after_release(self, ctx: Context) -> None:

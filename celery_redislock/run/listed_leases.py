@@ -27,7 +27,6 @@ fit alone (both give back, both are refused: no limit is exceeded).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,8 +43,6 @@ __all__ = [
     "renewal_names",
     "take_all",
 ]
-
-log = logging.getLogger("celery_redislock")
 
 
 def needs_of(task: Any, name: str, args: Any, kwargs: Any) -> list[Need]:
@@ -146,10 +143,7 @@ def _give_back_and_wake(task: Any, held: Sequence[LeaseSet], own: str) -> None:
     that refused it, and its next task would only jump ahead of it."""
     give_back(held)
     for lease_set in held:
-        try:
-            wake_waiting_for(task.app, lease_set.name, passed_over=own)
-        except Exception as exc:  # its hold ends by itself
-            log.warning("could not wake the names waiting for %r (%r)", lease_set.name, exc)
+        wake_waiting_for(task.app, lease_set.name, passed_over=own)
 
 
 def renewal_names(task: Any, args: Any, kwargs: Any) -> list[str]:

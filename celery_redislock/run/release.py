@@ -11,7 +11,7 @@ same id elsewhere keeps its lease.  Both send ``lock_released``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
@@ -118,33 +118,24 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     run's listed limits (``limits=``), each with its own ``lock_released``
     (before the own one: a run of the same key that takes the freed own
     slot finds them free too)."""
-    woke: list[LeaseSet] = []  # listed limits whose slot went to a name that waited
+    # listed limits whose slot went to a name that waited, with the tasks published
+    woke: list[tuple[LeaseSet, int]] = []
     try:
         for held in getattr(request, "redislock_listed", None) or ():
             if held.token is not None:
                 woken: list[Any] = []
                 releaser = listed_releaser(held, woken)
                 release_run(task, request.id, held, reason, releaser, kind="semaphore")
-                if woken and _wake(task, held.name, woken):
-                    woke.append(held)
+                published = wake_waiting_for(task.app, held.name, woken=woken) if woken else 0
+                if published:
+                    woke.append((held, published))
     finally:
         if lease_set.token is not None:  # else released already (by retry())
             _release_own(task, request, lease_set, reason, woke)
 
 
-def _wake(task: Any, limit: str, woken: Sequence[Any]) -> bool:
-    """A listed limit's slot came back and its release woke a name whose
-    parked head waits for it (``woken``): promote it; returns whether a task
-    was published."""
-    try:
-        return wake_waiting_for(task.app, limit, woken=woken)
-    except Exception as exc:  # its hold ends by itself; the run's own outcome stands
-        log.warning("%s: could not wake the names waiting for %r (%r)", task.name, limit, exc)
-        return False
-
-
 def _release_own(
-    task: Any, request: Any, lease_set: LeaseSet, reason: str, woke: list[LeaseSet]
+    task: Any, request: Any, lease_set: LeaseSet, reason: str, woke: list[tuple[LeaseSet, int]]
 ) -> None:
     try:
         limit = task.redislock_limit(request.args, request.kwargs)
