@@ -11,7 +11,11 @@ Two ways to run an account's tasks, each of ``BENCH_TASK_SECONDS``, under
   runs apart);
 * ``floor``: the same with a listed limit of ``FLOOR`` that is never full:
   each run takes and gives back its listed lease and nothing waits for it,
-  the least two limits can cost (a control).
+  the least two limits cost here (a control);
+* ``trips``: ``single`` plus two minimal script round trips per run, a
+  ``SET NX PX`` before the body and a compare-and-delete after it: what a
+  second limit costs in round trips alone (a control; it keeps none of the
+  guarantees).
 
 Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_EVENTS_DIR``,
 ``BENCH_READY_FILE``, ``BENCH_SHARED``, ``BENCH_TASK_SECONDS``, ``BENCH_RUN``).  Each body
@@ -75,10 +79,35 @@ def _account_task(contender: str, limits: list[Limit]) -> Any:
     )(account_run)
 
 
+TRIP_TAKE = "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 60000)"
+TRIP_GIVE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+
+
+def _trips_task() -> Any:
+    """The ``trips`` control's task (see the module docstring)."""
+
+    def account_run(run: str, account: str, seq: int, sent: float) -> None:
+        redis = task_events.process_state(URL)["redis"]
+        key = f"trips:{{{run}}}:{account}:{seq}"
+        redis.eval(TRIP_TAKE, 1, key, "1")
+        _body(run, account, seq, sent)
+        redis.eval(TRIP_GIVE, 1, key, "1")
+
+    return app.task(
+        base=SemaphoreTask,
+        name="limits.trips",
+        semaphore_key="acct:{run}:{account}",
+        semaphore_limit=PER_ACCOUNT,
+    )(account_run)
+
+
 TASKS = {
     "single": _account_task("single", []),
     "listed": _account_task("listed", [Limit(f"shared:{RUN}", SHARED)]),
     "floor": _account_task("floor", [Limit(f"floor:{RUN}", FLOOR)]),
+    "trips": _trips_task(),
 }
 
 task_events.record_retries_and_etas(URL)

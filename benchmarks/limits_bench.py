@@ -5,7 +5,8 @@ then ``light_accounts`` light accounts send ``light_jobs`` each; per-account
 limit 3; two prefork workers ``-c 8``.  Side by side in one run
 (``benchmarks.limits_app``): ``single``, the per-account limit alone, and
 ``listed``, the same task with ``limits=[Limit("shared:<run>", shared)]``,
-and ``floor``, a control: the same with a listed limit never full.
+and two controls: ``floor``, the same with a listed limit never full, and
+``trips``, ``single`` plus two minimal script round trips per run.
 Per contender, from every body's start and end: the most runs at once of
 one account and of all (over-limit starts counted), how busy the shared
 limit was (runs at once over time, divided by the shared limit, from the
@@ -32,7 +33,7 @@ from typing import Any
 from . import common
 from .worker import Worker
 
-CONTENDERS = ("single", "listed", "floor")
+CONTENDERS = ("single", "listed", "floor", "trips")
 
 Run = tuple[str, int, float, float, float]  # account, seq, sent, start, end
 
@@ -229,7 +230,9 @@ def section(r: dict[str, Any]) -> str:
         f"then {p['light_accounts']} light accounts {p['light_jobs']} each; "
         f"{p['workers']} prefork workers `-c {p['concurrency']}`; `single`: the per-account "
         f'limit alone, `listed`: plus `limits=[Limit("shared", {p["shared"]})]`, '
-        "`floor`: plus a listed limit never full (a control: the least two limits cost).\n",
+        "`floor`: plus a listed limit never full (a control: the least two limits cost), "
+        "`trips`: `single` plus two minimal script round trips per run (a control: what "
+        "a second limit costs in round trips alone).\n",
         "| contender | ran | most at once | most of one account | shared busy | account "
         "share (min-max x mean) | light p50 wait (s) | Redis CPU us/task | Redis cmds/task |",
         "|---|---|---|---|---|---|---|---|---|",
