@@ -280,17 +280,6 @@ def discarded_by_worker(
 def wake_waiting_for(
     app: Any, limit: str, passed_over: str = "", woken: Sequence[Any] | None = None
 ) -> int:
-    """Never raises: an error is logged, and the holds of the names waiting
-    for ``limit`` end by themselves (:data:`LISTED_RETRY`), so whatever
-    release called it goes on.  See :func:`_wake_waiting_for`."""
-    try:
-        return _wake_waiting_for(app, limit, passed_over, woken)
-    except Exception as exc:
-        log.warning("could not wake the names waiting for %r (%r)", limit, exc)
-        return 0
-
-
-def _wake_waiting_for(app: Any, limit: str, passed_over: str, woken: Sequence[Any] | None) -> int:
     """After a slot of ``limit`` came back (or might have): wake the oldest
     name whose parked head waits for it as a listed limit, other than
     ``passed_over`` (``limit_wake.lua`` takes it out of the limit's blocked
@@ -308,25 +297,32 @@ def _wake_waiting_for(app: Any, limit: str, passed_over: str, woken: Sequence[An
     already (:func:`listed_releaser`; empty: it woke nobody).  When nothing
     is held again, :func:`_promote_woken` takes back the note the wake-up
     made, and only that one (``limit_forget.lua``): a note another process
-    made since (a run of the name refused) stays."""
-    client, settings = client_for(app)
-    keys = lease_keys(settings.prefix, limit)
+    made since (a run of the name refused) stays.
+
+    Never raises: an error is logged and the tasks published before it are
+    counted, and the holds of the names still waiting end by themselves
+    (:data:`LISTED_RETRY`), so whatever release called it goes on."""
     in_flight = 0
-    for attempt in range(WAKE_TRIES):
-        if woken is None or attempt:
-            woken = LIMIT_WAKE(
-                client,
-                [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
-                [passed_over, in_flight, BLOCKED_MEMORY_MS],
-            )
-        if not woken:
-            break
-        noted_again = bool(int(woken[2]))
-        last = attempt == WAKE_TRIES - 1
-        published = _promote_woken(app, text(woken[0]), limit, noted_again, last)
-        in_flight += published
-        if published and not int(woken[3]):
-            break
+    try:
+        client, settings = client_for(app)
+        keys = lease_keys(settings.prefix, limit)
+        for attempt in range(WAKE_TRIES):
+            if woken is None or attempt:
+                woken = LIMIT_WAKE(
+                    client,
+                    [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
+                    [passed_over, in_flight, BLOCKED_MEMORY_MS],
+                )
+            if not woken:
+                break
+            noted_again = bool(int(woken[2]))
+            last = attempt == WAKE_TRIES - 1
+            published = _promote_woken(app, text(woken[0]), limit, noted_again, last)
+            in_flight += published
+            if published and not int(woken[3]):
+                break
+    except Exception as exc:
+        log.warning("could not wake the names waiting for %r (%r)", limit, exc)
     return in_flight
 
 
@@ -380,21 +376,27 @@ def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_fligh
     the tasks promoted and ``in_flight`` as taking their slots): so the next
     release that reaches it promotes one more, and if the limit has room
     for one more now, one more is promoted at once (:data:`WAKE_TRIES`
-    times at most; the last lifts the hold, so the sweeper promotes the rest)."""
+    times at most; the last lifts the hold, so the sweeper promotes the rest).
+    A promotion that published nothing (its task was revoked meanwhile, or
+    the publish failed) does not count as taking a slot: the next task is
+    promoted instead."""
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
-    published = False
+    published = 0
     for attempt in range(WAKE_TRIES):
         last = attempt == WAKE_TRIES - 1
         hold = LISTED_RETRY if asks is not None and not last else 0.0
         promotions, held_again = parking.unhold(settings.park, limit, hold)
-        published = bool(_publish_all(app, parking, promotions, None)) or published
+        sent = _publish_all(app, parking, promotions, None)
+        published += sent
         if asks is None or not held_again:
-            return published
-        in_flight += 1
+            break
+        if not sent:
+            continue  # the slot is still free: promote the next one
+        in_flight += sent
         if note_blocked(client, settings.prefix, name, limit, asks, in_flight, holds=True):
-            return published
-    return published
+            break
+    return published > 0
 
 
 def note_blocked(

@@ -1280,6 +1280,76 @@ def test_a_child_killed_after_waking_a_key_leaves_its_held_tasks_to_the_hold(
     )
 
 
+def test_a_woken_key_whose_head_was_revoked_promotes_the_next_task(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A key found with room when it was to be noted (``wake_name``) whose
+    parked head was revoked meanwhile: the revoked head is dropped, and it
+    does not count as taking a slot of the shared limit: the key's next task
+    is promoted in its place, and the rest stays held with the key noted."""
+    from celery_redislock.parking import promotion
+
+    config = worker_config(redis_url)
+    prefix = config["prefix"]
+    app = create_listed_app(config)  # no worker: promotions stay in the broker
+    task = app.tasks["listed.charge_park"]
+    own = [FairSemaphore(redis_client, "acct:r", 2, prefix=prefix) for _ in range(2)]
+    assert all(lease.acquire(blocking=False) for lease in own)
+    calls = [task.delay("r", n) for n in range(4)]  # its key full: all four parked
+    parking = Parking(redis_client, prefix, "acct:r")
+    assert parking.status().parked == len(calls)
+    for lease in own:
+        lease.release()  # plain releases: nothing promoted
+    assert parking.hold_for(SHARED, 120)
+    parking.record_revoke(calls[0].id)
+    # Two tasks of other keys are on their way to the shared limit (3 slots).
+    assert promotion.wake_name(app, "acct:r", SHARED, asks=3, in_flight=2)
+    status = parking.status()
+    assert (status.in_flight, status.parked, status.waits_for) == (1, 2, SHARED)
+    assert calls[0].state == "REVOKED" and calls[1].state == "PROMOTED"
+    assert blocked(redis_client, prefix) == ["acct:r"]
+
+
+def test_a_wake_up_that_fails_midway_counts_what_it_published(
+    redis_url: str,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``wake_waiting_for`` never raises, and when a Redis error stops it
+    after it published (here: the second look for a name to wake), it
+    returns what it published, so a run that woke the key still makes way."""
+    from celery_redislock.parking import promotion
+
+    config = worker_config(redis_url)
+    prefix = config["prefix"]
+    app = create_listed_app(config)  # no worker: promotions stay in the broker
+    task = app.tasks["listed.charge_park"]
+    own = [FairSemaphore(redis_client, "acct:f", 2, prefix=prefix) for _ in range(2)]
+    assert all(lease.acquire(blocking=False) for lease in own)
+    calls = [task.delay("f", n) for n in range(3)]  # its key full: all three parked
+    for lease in own:
+        lease.release()  # plain releases: nothing promoted
+    parking = Parking(redis_client, prefix, "acct:f")
+    assert parking.hold_for(SHARED, 120)
+    assert promotion.note_blocked(redis_client, prefix, "acct:f", SHARED, 3, 3, holds=True)
+    looks = []
+    real_wake = promotion.LIMIT_WAKE
+
+    def second_look_fails(client: Any, keys: Any, args: Any) -> Any:
+        looks.append(args)
+        if len(looks) > 1:
+            raise redis.ConnectionError("injected: the lock Redis went away")
+        return real_wake(client, keys, args)
+
+    monkeypatch.setattr(promotion, "LIMIT_WAKE", second_look_fails)
+    assert promotion.wake_waiting_for(app, SHARED) == 1
+    assert len(looks) == 2  # the shared limit had room for more: it looked again
+    assert parking.status().in_flight == 1 and calls[0].state == "PROMOTED"
+    assert "could not wake the names waiting for 'shared'" in caplog.text
+    caplog.clear()  # its record holds the error's frames, and through them these results
+
+
 def test_a_wake_up_that_runs_out_of_tries_leaves_the_rest_unheld(
     redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
