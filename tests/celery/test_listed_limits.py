@@ -1280,6 +1280,28 @@ def test_a_child_killed_after_waking_a_key_leaves_its_held_tasks_to_the_hold(
     )
 
 
+def held_for_shared(
+    redis_url: str, redis_client: redis.Redis, account: str, count: int
+) -> tuple[Celery, str, Parking, list[Any]]:
+    """A listed app with no worker (promotions stay in the broker) whose
+    ``charge_park`` key ``acct:<account>`` has ``count`` tasks parked (its
+    two slots were taken, then given back without promoting) and held for
+    the shared limit: the app, its prefix, the key's park and the calls."""
+    config = worker_config(redis_url)
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    task = app.tasks["listed.charge_park"]
+    own = [FairSemaphore(redis_client, f"acct:{account}", 2, prefix=prefix) for _ in range(2)]
+    assert all(lease.acquire(blocking=False) for lease in own)
+    calls = [task.delay(account, n) for n in range(count)]  # its key full: all parked
+    parking = Parking(redis_client, prefix, f"acct:{account}")
+    assert parking.status().parked == count
+    for lease in own:
+        lease.release()  # plain releases: nothing promoted
+    assert parking.hold_for(SHARED, 120)
+    return app, prefix, parking, calls
+
+
 def test_a_woken_key_whose_head_was_revoked_promotes_the_next_task(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -1289,18 +1311,7 @@ def test_a_woken_key_whose_head_was_revoked_promotes_the_next_task(
     is promoted in its place, and the rest stays held with the key noted."""
     from celery_redislock.parking import promotion
 
-    config = worker_config(redis_url)
-    prefix = config["prefix"]
-    app = create_listed_app(config)  # no worker: promotions stay in the broker
-    task = app.tasks["listed.charge_park"]
-    own = [FairSemaphore(redis_client, "acct:r", 2, prefix=prefix) for _ in range(2)]
-    assert all(lease.acquire(blocking=False) for lease in own)
-    calls = [task.delay("r", n) for n in range(4)]  # its key full: all four parked
-    parking = Parking(redis_client, prefix, "acct:r")
-    assert parking.status().parked == len(calls)
-    for lease in own:
-        lease.release()  # plain releases: nothing promoted
-    assert parking.hold_for(SHARED, 120)
+    app, prefix, parking, calls = held_for_shared(redis_url, redis_client, "r", 4)
     parking.record_revoke(calls[0].id)
     # Two tasks of other keys are on their way to the shared limit (3 slots).
     assert promotion.wake_name(app, "acct:r", SHARED, asks=3, in_flight=2)
@@ -1321,17 +1332,7 @@ def test_a_wake_up_that_fails_midway_counts_what_it_published(
     returns what it published, so a run that woke the key still makes way."""
     from celery_redislock.parking import promotion
 
-    config = worker_config(redis_url)
-    prefix = config["prefix"]
-    app = create_listed_app(config)  # no worker: promotions stay in the broker
-    task = app.tasks["listed.charge_park"]
-    own = [FairSemaphore(redis_client, "acct:f", 2, prefix=prefix) for _ in range(2)]
-    assert all(lease.acquire(blocking=False) for lease in own)
-    calls = [task.delay("f", n) for n in range(3)]  # its key full: all three parked
-    for lease in own:
-        lease.release()  # plain releases: nothing promoted
-    parking = Parking(redis_client, prefix, "acct:f")
-    assert parking.hold_for(SHARED, 120)
+    app, prefix, parking, calls = held_for_shared(redis_url, redis_client, "f", 3)
     assert promotion.note_blocked(redis_client, prefix, "acct:f", SHARED, 3, 3, holds=True)
     looks = []
     real_wake = promotion.LIMIT_WAKE
@@ -1360,18 +1361,7 @@ def test_a_wake_up_that_runs_out_of_tries_leaves_the_rest_unheld(
     from celery_redislock.parking import promotion
 
     monkeypatch.setattr(promotion, "WAKE_TRIES", 2)
-    config = worker_config(redis_url)
-    prefix = config["prefix"]
-    app = create_listed_app(config)  # no worker: promotions stay in the broker
-    task = app.tasks["listed.charge_park"]
-    own = [FairSemaphore(redis_client, "acct:k", 2, prefix=prefix) for _ in range(2)]
-    assert all(lease.acquire(blocking=False) for lease in own)
-    calls = [task.delay("k", n) for n in range(4)]  # its key full: all four parked
-    parking = Parking(redis_client, prefix, "acct:k")
-    assert parking.status().parked == len(calls)
-    for lease in own:
-        lease.release()  # plain releases: nothing promoted
-    assert parking.hold_for(SHARED, 120)
+    app, prefix, parking, _ = held_for_shared(redis_url, redis_client, "k", 4)
     assert promotion.note_blocked(redis_client, prefix, "acct:k", SHARED, 3, 3, holds=True)
     assert promotion.wake_waiting_for(app, SHARED)
     status = parking.status()
