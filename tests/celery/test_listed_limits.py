@@ -280,6 +280,57 @@ def test_a_give_back_wakes_the_key_waiting_for_the_limit_given_back(
     assert redis_client.zrange(keys.blocked, 0, -1) == []
 
 
+def test_a_give_back_does_not_wake_the_refused_runs_own_key(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A run of key ``r:1`` takes ``a-lim``, is refused by the full
+    ``z-lim`` and gives ``a-lim`` back; ``r:1`` itself is the key noted as
+    waiting for ``a-lim``: it is passed over (its run goes back to wait, and
+    its next task would only jump ahead of it), so its note and its parked
+    task stay."""
+    from celery_redislock.core.keys import LeaseKeys
+    from celery_redislock.core.scripts import LIMIT_BLOCK
+
+    a_lim, z_lim = f"a-{uuid.uuid4().hex[:6]}", f"z-{uuid.uuid4().hex[:6]}"
+    common: dict[str, Any] = {
+        "shared": False,
+        "base": SemaphoreTask,
+        "semaphore_key": "r:{account_id}",
+        "semaphore_limit": 1,
+    }
+
+    @app.task(
+        name=unique_name(), lock_policy="skip", limits=[Limit(a_lim, 1), Limit(z_lim, 1)], **common
+    )
+    def report(account_id: int) -> None:
+        raise AssertionError("refused: the body never runs")
+
+    @app.task(name=unique_name(), **common)
+    def waiting(account_id: int) -> None: ...
+
+    own = FairSemaphore(redis_client, "r:1", 1, prefix=prefix)
+    assert own.acquire(blocking=False)
+    waiting.delay(1)  # its key full: parked
+    parking = Parking(redis_client, prefix, "r:1")
+    own.release()  # a plain release: nothing promoted
+    assert parking.hold_for(a_lim, 120)
+    keys = LeaseKeys(prefix, a_lim)
+    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    blocker = FairSemaphore(redis_client, a_lim, 1, prefix=prefix)
+    assert blocker.acquire(blocking=False)
+    assert LIMIT_BLOCK(redis_client, script_keys, ["r:1", 1, 60_000, 0, 0]) == 1
+    blocker.release()  # a plain release: no wake-up
+    full = FairSemaphore(redis_client, z_lim, 1, prefix=prefix)
+    assert full.acquire(blocking=False)
+    try:
+        report.apply((1,))
+    finally:
+        full.release()
+    status = parking.status()
+    assert (status.parked, status.in_flight, status.waits_for) == (1, 0, a_lim), status
+    assert redis_client.zrange(keys.blocked, 0, -1) == [b"r:1"]
+
+
 def test_a_listed_name_equal_to_the_own_key_fails_the_run_without_its_body(app: Celery) -> None:
     ran: list[int] = []
 
@@ -361,6 +412,55 @@ def test_an_eager_run_waits_for_a_full_listed_limit(
     assert seen_waiting.is_set()
     assert result.successful(), result.traceback
     assert ran == [1]
+
+
+@pytest.mark.parametrize("timeout", [60, 1])
+def test_an_eager_park_call_waits_for_a_full_listed_limit_up_to_its_timeout(
+    app: Celery, redis_client: redis.Redis, prefix: str, timeout: int
+) -> None:
+    """``task_always_eager`` and ``.delay()`` of a ``SemaphoreTask`` (policy
+    ``park``, its default): the run waits, holding nothing, until the listed
+    limit has room, then runs once; with the limit still full at
+    ``lock_wait_timeout`` it fails with ``LockContended`` naming the limit."""
+    app.conf.task_always_eager = True
+    ran: list[int] = []
+    other = FairSemaphore(redis_client, "s", 1, prefix=prefix)
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=SemaphoreTask,
+        semaphore_key="r:{account_id}",
+        semaphore_limit=2,
+        lock_wait_timeout=timeout,
+        limits=[Limit("s", 1)],
+    )
+    def report(account_id: int) -> None:
+        ran.append(account_id)
+
+    assert other.acquire(blocking=False)
+    seen_waiting = threading.Event()
+
+    def release_when_waiting() -> None:
+        # the run waits holding nothing: its own key is free meanwhile
+        wait_for(lambda: redis_client.exists(f"{prefix}:{{r:1}}:fence"), 30, message="tried")
+        wait_for(lambda: not holders(redis_client, prefix, "r:1"), 30, message="own given back")
+        seen_waiting.set()
+        if timeout > 1:
+            other.release()
+
+    helper = threading.Thread(target=release_when_waiting)
+    helper.start()
+    result = report.delay(1)
+    helper.join(30)
+    assert seen_waiting.is_set()
+    if timeout > 1:
+        assert result.successful(), result.traceback
+        assert ran == [1]
+    else:
+        assert isinstance(result.result, LockContended) and result.result.name == "s"
+        assert ran == []
+        assert not holders(redis_client, prefix, "r:1") and holders(redis_client, prefix, "s")
 
 
 def test_a_run_time_override_of_a_listed_limit_applies(
@@ -470,6 +570,53 @@ def test_a_listed_limit_with_a_rate_refuses_a_start_over_it(app: Celery) -> None
     refused = report.apply((2,)).result
     assert isinstance(refused, LockContended)
     assert "listed limit 's' is over its rate" in str(refused)
+
+
+def test_a_listed_rate_lets_its_burst_start_back_to_back(app: Celery) -> None:
+    """``Limit(..., rate="1/m", burst=2)``: two starts back to back, the
+    third refused by the rate."""
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="raise",
+        limits=[Limit("s", 5, rate="1/m", burst=2)],
+    )
+    def report(account_id: int) -> None: ...
+
+    assert report.apply((1,)).successful() and report.apply((2,)).successful()
+    refused = report.apply((3,)).result
+    assert isinstance(refused, LockContended)
+    assert "listed limit 's' is over its rate" in str(refused)
+
+
+def test_listed_limits_are_tried_in_the_order_of_their_names(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    """Declared ``z`` then ``a``, both full: the refusal names ``a``, tried
+    first (a fixed order, so two runs never take them in opposite orders)."""
+
+    @app.task(
+        name=unique_name(),
+        shared=False,
+        base=LockedTask,
+        lock_key="r:{account_id}",
+        lock_policy="raise",
+        limits=[Limit("z", 1), Limit("a", 1)],
+    )
+    def report(account_id: int) -> None: ...
+
+    taken = [FairSemaphore(redis_client, name, 1, prefix=prefix) for name in ("z", "a")]
+    assert all(lease.acquire(blocking=False) for lease in taken)
+    refused = report.apply((1,)).result
+    assert isinstance(refused, LockContended) and refused.name == "a"
+    taken[1].release()  # "a" free, "z" full: now "z" refuses, and "a" is given back
+    refused = report.apply((1,)).result
+    assert isinstance(refused, LockContended) and refused.name == "z"
+    assert not holders(redis_client, prefix, "a")
+    taken[0].release()
 
 
 def test_wait_gives_up_at_once_on_a_listed_rate_that_admits_it_only_after_the_timeout(
@@ -907,6 +1054,25 @@ class Scene:
         wait_nothing_held(self.client, self.prefix, *names)
 
 
+def test_a_skipped_run_names_the_listed_limit_in_its_state_and_event(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Under ``skip`` on a prefork worker, a run the full shared limit
+    refuses ends ``SKIPPED`` with ``refused_by`` in its meta (the own key
+    had room), holding nothing."""
+    scene = Scene(start, redis_url, redis_client, shared=1, task="charge_skip")
+    scene.worker(concurrency=2)
+    holder = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    refused = scene.call("b", 0)
+    wait_for(lambda: refused.state == "SKIPPED", 60, message="b's run skipped")
+    assert refused.info["refused_by"] == SHARED
+    assert not scene.holders("acct:b")
+    scene.open("a", 0)
+    assert holder.get(timeout=60) == 0
+    assert scene.starts() == [("a", 0)]
+
+
 def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release(
     start: Any, redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -932,6 +1098,15 @@ def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release
     assert waiting.state == "PARKED"
     assert waiting.info["waits_for"] == SHARED
     scene.wait_noted("light")  # once its own slot is given back, after the PARKED
+    # Its own slot, taken before the listed limit refused it, is given back
+    # with reason "limit"; no lock_acquired came before that (it never ran).
+    mine = [
+        (s["signal"], s.get("name"), s.get("reason"))
+        for s in app.recorder.signals()  # type: ignore[attr-defined]
+        if s.get("task_id") == waiting.id
+    ]
+    back = mine.index(("redislock_released", "acct:light", "limit"))
+    assert not any(signal == "redislock_acquired" for signal, _, _ in mine[:back])
     status = scene.status("light")
     assert status.waits_for == SHARED and status.parked == 1
     assert "waits for listed limit 'shared'" in format_parked([status])[0]

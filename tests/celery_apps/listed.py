@@ -4,7 +4,8 @@
 (``semaphore_limit=2``) and of the listed limit ``shared`` (3, or the
 integer at ``<prefix>:shared-limit``), under the ``retry`` policy;
 ``listed.charge_park`` the same under ``park``, ``listed.charge_wait``
-under ``wait``, ``listed.charge_region`` (``park``) lists the templated
+under ``wait``, ``listed.charge_skip`` under ``skip``,
+``listed.charge_region`` (``park``) lists the templated
 ``region:{region}`` (1 slot) instead; ``listed.charge_rated``
 (``park``) lists ``region`` instead: 100 slots, one start per 2 s.  Its body records ``start``
 (with the listed names its run holds) and ``end`` events into
@@ -99,6 +100,7 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         **common,
     )(charge)
     app.task(name="listed.charge_wait", lock_policy="wait", **common)(charge)
+    app.task(name="listed.charge_skip", lock_policy="skip", **common)(charge)
     app.task(
         name="listed.charge_region",
         **{**common, "limits": [Limit("region:{region}", 1)]},
