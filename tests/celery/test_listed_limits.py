@@ -879,25 +879,36 @@ def test_listed_leases_are_given_back_however_the_run_ends(
         and s.get("name") == SHARED
     ]
     assert released, "lock_released for the listed limit"
+    order = [
+        s.get("name")
+        for s in worker_app.recorder.signals()  # type: ignore[attr-defined]
+        if s["signal"] == "redislock_released" and s.get("task_id") == result.id
+    ]
+    assert order[:2] == [SHARED, "acct:a"]  # listed ones first
     if ending == "retry":
         assert [s["reason"] for s in released][:1] == ["retry"]
     starts = [e["account"] for e in events(worker_app) if e["what"] == "start"]
     assert starts == (["a", "a", "b"] if ending == "retry" else ["a", "b"])
 
 
+@pytest.mark.parametrize("body", ["sleeps", "holds the GIL"])
 def test_a_listed_lease_is_renewed_while_the_body_outlives_its_ttl(
-    start: Any, redis_url: str, redis_client: redis.Redis
+    start: Any, redis_url: str, redis_client: redis.Redis, body: str
 ) -> None:
     """ttl 2 s and a body that runs past three ttls: the run keeps its slot of
     the listed limit (1 here) the whole time, so a second account's run
-    does not start before the first ends."""
+    does not start before the first ends; also when the body holds the GIL
+    in one C call, so that only the worker's main process renews."""
     config = {**worker_config(redis_url), "ttl": "2"}
     prefix = config["prefix"]
     app = create_listed_app(config)
     task = app.tasks["listed.charge"]
     redis_client.set(f"{prefix}:shared-limit", 1)
     start(config, module="tests.celery_apps.listed", pool="prefork", concurrency=2)
-    first = task.delay("a", 0, gate=True)
+    if body == "sleeps":
+        first = task.delay("a", 0, gate=True)
+    else:
+        first = task.delay("a", 0, hog=16.0, duration=0)  # well past the 7 s looked at
     wait_for(lambda: events(app), 60, message="the run started")
     (holder,) = holders(redis_client, prefix, SHARED)
     second = task.delay("b", 0, duration=0.1)
@@ -1084,8 +1095,7 @@ def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release
     accounts run beside the heavy one."""
     scene = Scene(start, redis_url, redis_client)
     app = scene.app
-    scene.worker()
-    scene.worker()
+    workers = [scene.worker(), scene.worker()]
 
     gated = [("heavy", 0), ("heavy", 1), ("light", 0), ("light", 1)]
     results = {}
@@ -1107,6 +1117,8 @@ def test_park_waits_in_redis_for_a_full_shared_limit_and_is_woken_by_its_release
     ]
     back = mine.index(("redislock_released", "acct:light", "limit"))
     assert not any(signal == "redislock_acquired" for signal, _, _ in mine[:back])
+    line = f"[{waiting.id}] parked (limit): listed limit 'shared' is full; back at the head of"
+    assert any(line in worker.log_tail(2000) for worker in workers)
     status = scene.status("light")
     assert status.waits_for == SHARED and status.parked == 1
     assert "waits for listed limit 'shared'" in format_parked([status])[0]

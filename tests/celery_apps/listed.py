@@ -12,7 +12,8 @@ under ``wait``, ``listed.charge_skip`` under ``skip``,
 ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
 ``<prefix>:gate:<account_id>:<n>``; with ``end="raise"`` it raises
 ``RuntimeError`` after its start, with ``end="retry"`` its first run calls
-``self.retry`` (after its start).
+``self.retry`` (after its start); with ``hog`` it first holds the GIL in one
+C call for that many seconds (its heartbeat thread cannot run meanwhile).
 
 Config ``listed_retry`` sets ``parking.promotion.LISTED_RETRY`` (how long a
 parked head sent back by a full listed limit waits when nothing wakes it),
@@ -43,6 +44,7 @@ from celery_redislock.parking import arrival, promotion
 
 from . import write_pid_when_ready
 from .basic import ENV_PREFIX, config_from_env, create_app
+from .pools import c_call
 
 SHARED = "shared"
 REGION = "region"
@@ -64,9 +66,12 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         duration: float = 0.2,
         end: str = "",
         region: str = "eu",
+        hog: float = 0.0,
     ) -> int:
         listed = [lease.name for lease in self.request.redislock_listed]
         rec.event(self, "all", "start", account=account_id, n=n, listed=listed)
+        if hog:  # one C call that holds the GIL: the child's heartbeat cannot run
+            c_call(hog)
         if end == "raise":
             raise RuntimeError(f"charge {account_id} {n} failed")
         if end == "retry" and not self.request.retries:
