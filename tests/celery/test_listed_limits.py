@@ -985,7 +985,8 @@ class Scene:
     how long a held key waits when nothing wakes it; 120 s tells a wake-up
     from that fallback), the listed app and one of its tasks, the shared
     limit (``shared``: None, 3), and the reads and waits the tests share.
-    Workers are started with :meth:`worker`."""
+    Workers are started with :meth:`worker`; ``lock_redis``: another Redis
+    (a Cluster) for the locks, ``client`` its client."""
 
     def __init__(
         self,
@@ -995,16 +996,22 @@ class Scene:
         task: str = "charge_park",
         listed_retry: str = "120",
         shared: int | None = None,
+        lock_redis: str | None = None,
     ) -> None:
         self._start = start
         self.config = worker_config(redis_url, listed_retry=listed_retry)
+        if lock_redis is not None:  # a Redis Cluster for the locks (``client`` its client)
+            self.config["lock_redis"] = lock_redis
         self.prefix = self.config["prefix"]
         self.client = client
         self.app = create_listed_app(self.config)
         self.name = task
         self.task = self.app.tasks[f"listed.{task}"]
+        # The test's own keys (the shared limit's size, the gates) live
+        # beside the recorder's, on ``redis_url``.
+        self.own_keys = self.app.recorder.client  # type: ignore[attr-defined]
         if shared is not None:
-            client.set(f"{self.prefix}:shared-limit", shared)
+            self.own_keys.set(f"{self.prefix}:shared-limit", shared)
 
     def worker(self, concurrency: int = 4) -> Any:
         return self._start(
@@ -1056,7 +1063,7 @@ class Scene:
         return Parking(self.client, self.prefix, f"acct:{account}").status(count=1)
 
     def open(self, account: str, n: int = 0) -> None:
-        open_gate(self.client, self.prefix, account, n)
+        open_gate(self.own_keys, self.prefix, account, n)
 
     def holders(self, name: str) -> list[Any]:
         return holders(self.client, self.prefix, name)
@@ -1264,7 +1271,12 @@ def test_keys_waiting_for_a_shared_limit_take_turns(
     its slot of the shared limit goes to the other account's waiting head,
     its own account's next task is held and its account noted behind (it
     makes way), so the accounts alternate: j0, k0, j1, k1."""
-    scene = Scene(start, redis_url, redis_client, shared=1)
+    keys_take_turns(Scene(start, redis_url, redis_client, shared=1))
+
+
+def keys_take_turns(scene: Scene) -> None:
+    """The body of :func:`test_keys_waiting_for_a_shared_limit_take_turns`
+    (shared limit 1), on ``scene``'s Redis."""
     scene.worker()
     first = scene.call("j", 0, gate=True)
     scene.wait_started(("j", 0))
@@ -1310,7 +1322,11 @@ def test_park_holds_a_key_refused_by_a_listed_rate_until_the_rate_admits_it(
     run is refused by the rate, goes back to its park naming the limit, and
     starts once the rate admits it, not after the 120 s fallback; it is
     not noted as waiting for a slot (the limit has room)."""
-    scene = Scene(start, redis_url, redis_client, task="charge_rated")
+    held_by_a_listed_rate(Scene(start, redis_url, redis_client, task="charge_rated"))
+
+
+def held_by_a_listed_rate(scene: Scene) -> None:
+    """The body of the test above (task ``charge_rated``), on ``scene``'s Redis."""
     scene.worker(concurrency=2)
     first = scene.call("a", 0, duration=0.1)
     scene.wait_started(("a", 0))
@@ -1322,7 +1338,7 @@ def test_park_holds_a_key_refused_by_a_listed_rate_until_the_rate_admits_it(
     starts = [e for e in scene.events() if e["what"] == "start"]
     assert [e["account"] for e in starts] == ["a", "b"]
     assert starts[1]["t"] - starts[0]["t"] > 1.0  # one start per 2 s: not at once
-    assert not redis_client.exists(f"{scene.prefix}:{{{REGION}}}:blocked")
+    assert not scene.client.exists(f"{scene.prefix}:{{{REGION}}}:blocked")
 
 
 def woken_with_the_rest_held(scene: Scene, b_calls: int, **b0: Any) -> list[Any]:

@@ -529,6 +529,37 @@ def test_keep_latest_and_debounce_on_the_cluster(
     assert [e["value"] for e in runs] == [3]
 
 
+@pytest.mark.parametrize("scenario", ["keys take turns", "held by a listed rate"])
+def test_several_limits_scenarios_on_a_cluster_with_a_real_worker(
+    cluster: LocalCluster,
+    client: Any,
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
+    scenario: str,
+) -> None:
+    """Two scenarios of tests/celery/test_listed_limits.py with the locks on
+    the cluster, each name in a slot of its own: keys waiting for a shared
+    limit take turns (the making way: a release that holds, a note in the
+    limit's slot), and a run held by a listed limit's rate (``park_try.lua``)
+    starts when the rate admits it."""
+    from tests.celery.test_listed_limits import Scene, held_by_a_listed_rate, keys_take_turns
+
+    if scenario == "keys take turns":
+        keys_take_turns(
+            Scene(celery_worker_factory, redis_url, client, shared=1, lock_redis=cluster.url)
+        )
+    else:
+        held_by_a_listed_rate(
+            Scene(
+                celery_worker_factory,
+                redis_url,
+                client,
+                task="charge_rated",
+                lock_redis=cluster.url,
+            )
+        )
+
+
 def test_several_limits_under_park_on_a_cluster_with_a_real_worker(
     cluster: LocalCluster,
     client: Any,
