@@ -377,9 +377,9 @@ def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_fligh
     release that reaches it promotes one more, and if the limit has room
     for one more now, one more is promoted at once (:data:`WAKE_TRIES`
     times at most; the last lifts the hold, so the sweeper promotes the rest).
-    A promotion that published nothing (its task was revoked meanwhile, or
-    the publish failed) does not count as taking a slot: the next task is
-    promoted instead."""
+    A promotion dropped because its task was revoked meanwhile does not
+    count as taking a slot: the next task is promoted instead (one whose
+    publish failed stays reserved and counts)."""
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
     published = 0
@@ -391,9 +391,10 @@ def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_fligh
         published += sent
         if asks is None or not held_again:
             break
-        if not sent:
-            continue  # the slot is still free: promote the next one
-        in_flight += sent
+        if not sent and all(parking.is_revoked(p.task_id) for p in promotions):
+            continue  # dropped as revoked: the slot is still free, promote the next one
+        # A failed publish stays reserved (re-published after its deadline): it counts.
+        in_flight += max(sent, 1)
         if note_blocked(client, settings.prefix, name, limit, asks, in_flight, holds=True):
             break
     return published > 0

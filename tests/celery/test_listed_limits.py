@@ -1318,7 +1318,7 @@ def test_a_child_killed_while_holding_wakes_the_key_waiting_for_its_limit(
 def test_park_holds_a_key_refused_by_a_listed_rate_until_the_rate_admits_it(
     start: Any, redis_url: str, redis_client: redis.Redis
 ) -> None:
-    """A listed limit with a rate (one start per 2 s): the second account's
+    """A listed limit with a rate (one start per 10 s): the second account's
     run is refused by the rate, goes back to its park naming the limit, and
     starts once the rate admits it, not after the 120 s fallback; it is
     not noted as waiting for a slot (the limit has room)."""
@@ -1334,10 +1334,10 @@ def held_by_a_listed_rate(scene: Scene) -> None:
     wait_for(lambda: parked_waiting_for(scene.app, second.id, REGION), 60, message="parked, rate")
     assert second.info["waits_for"] == REGION
     assert first.get(timeout=60) == 0
-    assert second.get(timeout=30) == 0
+    assert second.get(timeout=60) == 0
     starts = [e for e in scene.events() if e["what"] == "start"]
     assert [e["account"] for e in starts] == ["a", "b"]
-    assert starts[1]["t"] - starts[0]["t"] > 1.0  # one start per 2 s: not at once
+    assert starts[1]["t"] - starts[0]["t"] > 5.0  # one start per 10 s: not at once
     assert not scene.client.exists(f"{scene.prefix}:{{{REGION}}}:blocked")
 
 

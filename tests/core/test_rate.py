@@ -308,22 +308,6 @@ def test_a_head_sent_back_by_another_limit_replaces_the_hold_for_the_first(
     assert promotion.task_id == "t0"
 
 
-def test_a_head_sent_back_by_a_rate_shortens_the_hold_for_the_same_limit(
-    redis_client: Any, prefix: str
-) -> None:
-    """A name held for listed limit L for 30 s (a wake-up held its rest);
-    its head is then sent back by L's rate for 0.2 s: the hold ends with
-    that wait, not after the 30 s (no wake-up may come: L may have no
-    holder to release it)."""
-    park = Parking(redis_client, prefix, "acct:s")
-    one = Capacity.semaphore(1)
-    park.park_at_head("t1", one, "{}", 0, 0, "t", NO_RATE, hold=30, waits_for="L")
-    park.park_at_head("t0", one, "{}", 0, 0, "t", NO_RATE, hold=0.2, waits_for="L")
-    wait_for(lambda: park.status().waits_for is None, 10, message="the rate's short hold to end")
-    (promotion,) = park.promote(one, ParkConfig(deadline=5))
-    assert promotion.task_id == "t0"
-
-
 def test_a_wake_up_promotes_one_and_holds_the_rest_for_the_limit_again(
     redis_client: Any, prefix: str
 ) -> None:

@@ -543,21 +543,18 @@ def test_several_limits_scenarios_on_a_cluster_with_a_real_worker(
     limit's slot), and a run held by a listed limit's rate (``park_try.lua``)
     starts when the rate admits it."""
     from tests.celery.test_listed_limits import Scene, held_by_a_listed_rate, keys_take_turns
+    from tests.celery_apps.listed import REGION, SHARED
 
-    if scenario == "keys take turns":
-        keys_take_turns(
-            Scene(celery_worker_factory, redis_url, client, shared=1, lock_redis=cluster.url)
-        )
+    turns = scenario == "keys take turns"
+    task = "charge_park" if turns else "charge_rated"
+    scene = Scene(celery_worker_factory, redis_url, client, task, shared=1, lock_redis=cluster.url)
+    names = [SHARED, "acct:j", "acct:k"] if turns else [REGION, "acct:a", "acct:b"]
+    slots = {client.keyslot(f"{scene.prefix}:{{{n}}}:holders") for n in names}
+    assert len(slots) == len(names)
+    if turns:
+        keys_take_turns(scene)
     else:
-        held_by_a_listed_rate(
-            Scene(
-                celery_worker_factory,
-                redis_url,
-                client,
-                task="charge_rated",
-                lock_redis=cluster.url,
-            )
-        )
+        held_by_a_listed_rate(scene)
 
 
 def test_several_limits_under_park_on_a_cluster_with_a_real_worker(

@@ -17,12 +17,11 @@
 --                      none); it becomes stale, so a copy of the run's
 --                      message (redelivered after a crash) never runs
 -- ARGV[12] hold_ms     hold the name's parked work this long for a listed
---                      limit (PMETA lhold, set to now + hold_ms whatever
---                      hold was on: this head waits for this refusal's
---                      end, a rate's short wait included): nothing of it is
---                      promoted before, unless park_unhold.lua lifts the
---                      hold (the wake-up of that listed limit, when it has
---                      room)
+--                      limit (PMETA lhold; it only lengthens a hold for the
+--                      same limit, and replaces one for another): nothing of
+--                      it is promoted before, unless park_unhold.lua lifts
+--                      the hold (the wake-up of that listed limit, when it
+--                      has room)
 -- ARGV[13] waits_for   the listed limit the hold is for (PMETA lwait; "" with
 --                      hold_ms 0)
 -- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
@@ -52,10 +51,12 @@ local pause_ms = tonumber(ARGV[10])
 if pause_ms > 0 then pause_ms = extend_pause(PAUSE, pause_ms) end
 local hold_ms = tonumber(ARGV[12])
 if hold_ms > 0 then
-  -- Set, not lengthened: a head sent back by a rate for 0.2 s must not wait
-  -- out the 5 s a wake-up held the rest for.  If the limit is full at the
-  -- end, the head is sent back again and noted, at the cost of a refusal.
-  redis.call('HSET', PMETA, 'lhold', NOW_MS + hold_ms, 'lwait', ARGV[13])
+  local hold = NOW_MS + hold_ms
+  local current = redis.call('HMGET', PMETA, 'lhold', 'lwait')
+  -- A hold for another limit is replaced: this head now waits for this one.
+  if hold > tonumber(current[1] or '0') or current[2] ~= ARGV[13] then
+    redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[13])
+  end
 end
 if token ~= '' then
   redis.call('ZREM', TOKENS, 'c|' .. id .. '|' .. token)
