@@ -1049,18 +1049,24 @@ def held_by(app: Any, key: str) -> list[Any]:
     return list(inspect_names(client, settings.prefix, [f"park:{key}"])[0].holders)
 
 
-def stated_names(app: Any) -> list[str]:
-    """Lock names stated by live or dead processes of this machine (core/liveness.py)."""
+def stated_holdings(app: Any) -> list[dict[str, list[str]]]:
+    """What each live or dead process of this machine stated it holds, lock
+    name -> owners (core/liveness.py)."""
     from celery_redislock.core import liveness
 
     client, settings = client_for(app)
     space = liveness.process_space()
     assert space is not None, "needs Linux /proc"
-    names = []
+    holdings = []
     for raw in client.zrange(f"{settings.prefix}:{{live:{space}}}", 0, -1):
         record = client.get(f"{settings.prefix}:{{live:{space}}}:{raw.decode()}")
-        names += list(json.loads(record)) if record else []
-    return names
+        holdings += [json.loads(record)] if record else []
+    return holdings
+
+
+def stated_names(app: Any) -> list[str]:
+    """Lock names stated by live or dead processes of this machine (core/liveness.py)."""
+    return [name for holding in stated_holdings(app) for name in holding]
 
 
 def test_a_whole_worker_killed_gives_its_slots_back_before_their_ttl(
