@@ -458,6 +458,10 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
     for dead in liveness.dead_processes(client, settings.prefix):
         if _pid_of(dead.process) in own_children:
             continue  # this worker's own child: its clean-up releases and signals
+        # Every name is given back before any promotion is published or key
+        # woken: a task promoted for one name (its own key) may need another
+        # (a listed limit the dead process also held).
+        freed: list[tuple[str, Parking, list[Promotion]]] = []
         for name, owners in dead.holdings.items():
             parking = Parking(client, settings.prefix, name)
             for owner in owners:
@@ -470,8 +474,10 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
                         dead.process,
                         owner,
                     )
-                _publish_all(app, parking, promotions, None)
-                wake_waiting_for(app, name)
+                freed.append((name, parking, promotions))
+        for name, parking, promotions in freed:
+            _publish_all(app, parking, promotions, None)
+            wake_waiting_for(app, name)
         liveness.forget(client, settings.prefix, dead.process)
     return released
 

@@ -224,6 +224,43 @@ def test_a_full_listed_limit_refuses_the_run_which_holds_nothing(
         assert holders(redis_client, prefix, name) == [], name
 
 
+def _park_one_noted_for(
+    redis_client: redis.Redis, prefix: str, waiting: Any, arg: Any, key: str, limit: str
+) -> Any:
+    """Park one call ``waiting.delay(arg)`` on its full key ``key`` (limit 1),
+    hold the key's parked work for listed limit ``limit`` and note the key in
+    the limit's blocked set, the state a run refused by the full ``limit``
+    leaves, with ``limit`` free again (given back without a wake-up).
+    Returns the parked call's result."""
+    from celery_redislock.core.keys import LeaseKeys
+    from celery_redislock.core.scripts import LIMIT_BLOCK
+
+    own = FairSemaphore(redis_client, key, 1, prefix=prefix)
+    assert own.acquire(blocking=False)
+    parked = waiting.delay(arg)  # its key full: parked
+    parking = Parking(redis_client, prefix, key)
+    assert parking.status().parked == 1
+    own.release()  # a plain release: nothing promoted
+    assert parking.hold_for(limit, 120)
+    keys = LeaseKeys(prefix, limit)
+    blocker = FairSemaphore(redis_client, limit, 1, prefix=prefix)
+    assert blocker.acquire(blocking=False)
+    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    assert LIMIT_BLOCK(redis_client, script_keys, [key, 1, 60_000, 0, 0]) == 1
+    blocker.release()  # a plain release: no wake-up
+    return parked
+
+
+def _apply_refused_by(redis_client: redis.Redis, prefix: str, task: Any, full_limit: str) -> None:
+    """Run ``task.apply((1,))`` while ``full_limit`` (limit 1) is held by another."""
+    full = FairSemaphore(redis_client, full_limit, 1, prefix=prefix)
+    assert full.acquire(blocking=False)
+    try:
+        task.apply((1,))
+    finally:
+        full.release()
+
+
 def test_a_give_back_wakes_the_key_waiting_for_the_limit_given_back(
     app: Celery, redis_client: redis.Redis, prefix: str
 ) -> None:
@@ -231,7 +268,6 @@ def test_a_give_back_wakes_the_key_waiting_for_the_limit_given_back(
     ``a-lim`` back: that give-back wakes the key noted as waiting for
     ``a-lim`` (its parked task promoted: in flight, the note gone)."""
     from celery_redislock.core.keys import LeaseKeys
-    from celery_redislock.core.scripts import LIMIT_BLOCK
 
     a_lim, z_lim = f"a-{uuid.uuid4().hex[:6]}", f"z-{uuid.uuid4().hex[:6]}"
 
@@ -255,29 +291,12 @@ def test_a_give_back_wakes_the_key_waiting_for_the_limit_given_back(
     )
     def waiting(k: str) -> None: ...
 
-    own = FairSemaphore(redis_client, "acct:w", 1, prefix=prefix)
-    assert own.acquire(blocking=False)
-    parked = waiting.delay("w")  # its key full: parked
-    parking = Parking(redis_client, prefix, "acct:w")
-    assert parking.status().parked == 1
-    own.release()  # a plain release: nothing promoted
-    assert parking.hold_for(a_lim, 120)
-    keys = LeaseKeys(prefix, a_lim)
-    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
-    blocker = FairSemaphore(redis_client, a_lim, 1, prefix=prefix)
-    assert blocker.acquire(blocking=False)
-    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:w", 1, 60_000, 0, 0]) == 1
-    blocker.release()  # a plain release: no wake-up
-    full = FairSemaphore(redis_client, z_lim, 1, prefix=prefix)
-    assert full.acquire(blocking=False)
-    try:
-        report.apply((1,))
-    finally:
-        full.release()
-    status = parking.status(count=1)
+    parked = _park_one_noted_for(redis_client, prefix, waiting, "w", "acct:w", a_lim)
+    _apply_refused_by(redis_client, prefix, report, z_lim)
+    status = Parking(redis_client, prefix, "acct:w").status(count=1)
     assert (status.parked, status.in_flight) == (0, 1), status
     assert [p["task_id"] for p in status.promoted] == [parked.id]
-    assert redis_client.zrange(keys.blocked, 0, -1) == []
+    assert redis_client.zrange(LeaseKeys(prefix, a_lim).blocked, 0, -1) == []
 
 
 def test_a_give_back_does_not_wake_the_refused_runs_own_key(
@@ -289,7 +308,6 @@ def test_a_give_back_does_not_wake_the_refused_runs_own_key(
     its next task would only jump ahead of it), so its note and its parked
     task stay."""
     from celery_redislock.core.keys import LeaseKeys
-    from celery_redislock.core.scripts import LIMIT_BLOCK
 
     a_lim, z_lim = f"a-{uuid.uuid4().hex[:6]}", f"z-{uuid.uuid4().hex[:6]}"
     common: dict[str, Any] = {
@@ -308,27 +326,11 @@ def test_a_give_back_does_not_wake_the_refused_runs_own_key(
     @app.task(name=unique_name(), **common)
     def waiting(account_id: int) -> None: ...
 
-    own = FairSemaphore(redis_client, "r:1", 1, prefix=prefix)
-    assert own.acquire(blocking=False)
-    waiting.delay(1)  # its key full: parked
-    parking = Parking(redis_client, prefix, "r:1")
-    own.release()  # a plain release: nothing promoted
-    assert parking.hold_for(a_lim, 120)
-    keys = LeaseKeys(prefix, a_lim)
-    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
-    blocker = FairSemaphore(redis_client, a_lim, 1, prefix=prefix)
-    assert blocker.acquire(blocking=False)
-    assert LIMIT_BLOCK(redis_client, script_keys, ["r:1", 1, 60_000, 0, 0]) == 1
-    blocker.release()  # a plain release: no wake-up
-    full = FairSemaphore(redis_client, z_lim, 1, prefix=prefix)
-    assert full.acquire(blocking=False)
-    try:
-        report.apply((1,))
-    finally:
-        full.release()
-    status = parking.status()
+    _park_one_noted_for(redis_client, prefix, waiting, 1, "r:1", a_lim)
+    _apply_refused_by(redis_client, prefix, report, z_lim)
+    status = Parking(redis_client, prefix, "r:1").status()
     assert (status.parked, status.in_flight, status.waits_for) == (1, 0, a_lim), status
-    assert redis_client.zrange(keys.blocked, 0, -1) == [b"r:1"]
+    assert redis_client.zrange(LeaseKeys(prefix, a_lim).blocked, 0, -1) == [b"r:1"]
 
 
 def test_a_listed_name_equal_to_the_own_key_fails_the_run_without_its_body(app: Celery) -> None:

@@ -308,6 +308,27 @@ def test_a_head_sent_back_by_another_limit_replaces_the_hold_for_the_first(
     assert promotion.task_id == "t0"
 
 
+def test_a_head_sent_back_by_the_held_limits_rate_goes_alone_when_the_rate_admits_it(
+    redis_client: Any, prefix: str
+) -> None:
+    """A name (3 slots) whose two parked tasks are held for listed limit M for
+    30 s (a wake-up held them); its head is then sent back by M's rate for
+    2 s: the longer hold stays for the rest, but the head alone is promoted
+    when its 2 s end, and the rest stays held for M."""
+    park = Parking(redis_client, prefix, "acct:h")
+    three = Capacity.semaphore(3)
+    config = ParkConfig(deadline=5)
+    for n in range(2):
+        park.park_at_head(f"t{n}", three, "{}", 0, 0, "t", NO_RATE, hold=30, waits_for="M")
+    park.park_at_head("t9", three, "{}", 0, 0, "t", NO_RATE, hold=2, waits_for="M")
+    assert park.promote(three, config) == []  # the head's 2 s are not over
+    (head,) = wait_for(lambda: park.promote(three, config), 15, message="the head to go alone")
+    assert head.task_id == "t9"
+    status = park.status()
+    assert (status.parked, status.in_flight, status.waits_for) == (2, 1, "M")
+    assert park.promote(three, config) == []  # the rest: still held for M
+
+
 def test_a_wake_up_promotes_one_and_holds_the_rest_for_the_limit_again(
     redis_client: Any, prefix: str
 ) -> None:

@@ -21,7 +21,8 @@
 --                      same limit, and replaces one for another): nothing of
 --                      it is promoted before, unless park_unhold.lua lifts
 --                      the hold (the wake-up of that listed limit, when it
---                      has room)
+--                      has room); under a longer hold for the same limit,
+--                      this head alone may go after hold_ms (PMETA lhead)
 -- ARGV[13] waits_for   the listed limit the hold is for (PMETA lwait; "" with
 --                      hold_ms 0)
 -- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
@@ -56,6 +57,13 @@ if hold_ms > 0 then
   -- A hold for another limit is replaced: this head now waits for this one.
   if hold > tonumber(current[1] or '0') or current[2] ~= ARGV[13] then
     redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[13])
+    redis.call('HDEL', PMETA, 'lhead')
+  else
+    -- A longer hold for this limit stays for the rest (a wake-up or a run
+    -- that made way set it; letting them go early only gets them sent
+    -- back), but this head goes alone when its own wait ends (a refusal by
+    -- the limit's rate, which admits it then): rate_admits.lua.
+    redis.call('HSET', PMETA, 'lhead', hold)
   end
 end
 if token ~= '' then

@@ -31,15 +31,15 @@
 --- @include "includes/stored_limit"
 
 local lifted = redis.call('HGET', PMETA, 'lwait') == ARGV[7]
-if lifted then redis.call('HDEL', PMETA, 'lhold', 'lwait') end
+if lifted then redis.call('HDEL', PMETA, 'lhold', 'lwait', 'lhead') end
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0, 0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
   tonumber(ARGV[6]))
 local hold_for = tonumber(ARGV[8])
 if lifted and hold_for > 0 and out[3] == 'p' and redis.call('ZCARD', PARK) > 0 then
-  hold_ms = NOW_MS + hold_for  -- rate_admits()'s read of the hold, for next_due()
-  redis.call('HSET', PMETA, 'lhold', hold_ms, 'lwait', ARGV[7])
+  redis.call('HSET', PMETA, 'lhold', NOW_MS + hold_for, 'lwait', ARGV[7])
+  hold_ms = nil  -- rate_admits() reads the holds again, for next_due()
   out[2] = 1
 end
 out[1] = next_due(limit, state.n, parked)
