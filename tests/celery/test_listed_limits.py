@@ -1347,6 +1347,26 @@ def held_by_a_listed_rate(scene: Scene) -> None:
     assert not scene.client.exists(f"{scene.prefix}:{{{REGION}}}:blocked")
 
 
+def test_a_woken_head_refused_by_the_limits_rate_starts_when_the_rate_admits_it(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Shared limit 1 with one start per 10 s: a0's release wakes key b (b0
+    promoted, b1 held for the limit, 120 s here); b0 is then refused by the
+    limit's rate.  b0 starts when the rate admits it, alone (b1 stays held),
+    not when the 120 s hold for the rest ends; b1 follows the same way."""
+    scene = Scene(start, redis_url, redis_client, task="charge_capped_rated", shared=1)
+    scene.worker()
+    b0, b1 = woken_with_the_rest_held(scene, 2, gate=True)
+    scene.wait_started(("b", 0))
+    assert scene.status("b").waits_for == SHARED  # b1: still held, not let go with b0
+    scene.open("b")
+    assert b0.get(timeout=30) == 0
+    assert b1.get(timeout=60) == 1
+    assert scene.starts() == [("a", 0), ("b", 0), ("b", 1)]
+    starts = [e["t"] for e in scene.events() if e["what"] == "start"]
+    assert starts[1] - starts[0] > 5.0 and starts[2] - starts[1] > 5.0  # the rate: 1 per 10 s
+
+
 def woken_with_the_rest_held(scene: Scene, b_calls: int, **b0: Any) -> list[Any]:
     """a0 holds the shared limit (gated) and b waits with ``b_calls`` tasks
     (b0 with ``b0``'s options, the others of 0.1 s); a0 ends, and its

@@ -7,7 +7,9 @@ integer at ``<prefix>:shared-limit``), under the ``retry`` policy;
 under ``wait``, ``listed.charge_skip`` under ``skip``,
 ``listed.charge_region`` (``park``) lists the templated
 ``region:{region}`` (1 slot) instead; ``listed.charge_rated``
-(``park``) lists ``region`` instead: 100 slots, one start per 10 s.  Its body records ``start``
+(``park``) lists ``region`` instead: 100 slots, one start per 10 s;
+``listed.charge_capped_rated`` (``park``) lists ``shared`` with one start
+per 10 s.  Its body records ``start``
 (with the listed names its run holds) and ``end`` events into
 ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
 ``<prefix>:gate:<account_id>:<n>``; with ``end="raise"`` it raises
@@ -113,6 +115,10 @@ def create_listed_app(config: dict[str, str]) -> Celery:
     app.task(
         name="listed.charge_rated",
         **{**common, "limits": [Limit(REGION, 100, rate=0.1)]},
+    )(charge)
+    app.task(
+        name="listed.charge_capped_rated",
+        **{**common, "limits": [Limit(SHARED, shared_limit, rate=0.1)]},
     )(charge)
     return app
 
