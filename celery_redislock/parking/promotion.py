@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from .. import events, signals
 from ..core import liveness
@@ -460,24 +460,31 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
             continue  # this worker's own child: its clean-up releases and signals
         # Every name is given back before any promotion is published or key
         # woken: a task promoted for one name (its own key) may need another
-        # (a listed limit the dead process also held).
+        # (a listed limit the dead process also held).  What was given back
+        # is published and woken even if a later release fails (the error
+        # then goes to the sweeper, and this process is tried again).
         freed: list[tuple[str, Parking, list[Promotion]]] = []
-        for name, owners in dead.holdings.items():
-            parking = Parking(client, settings.prefix, name)
-            for owner in owners:
-                held, promotions = parking.release(owner, None, settings.park)
-                if held:
-                    released += 1
-                    log.warning(
-                        "released %r held by process %s, which died on this machine (owner %s)",
-                        name,
-                        dead.process,
-                        owner,
-                    )
-                freed.append((name, parking, promotions))
-        for name, parking, promotions in freed:
-            _publish_all(app, parking, promotions, None)
-            wake_waiting_for(app, name)
+        try:
+            for name, owners in dead.holdings.items():
+                parking = Parking(client, settings.prefix, name)
+                for owner in owners:
+                    held, promotions = parking.release(owner, None, settings.park)
+                    if held:
+                        released += 1
+                        log.warning(
+                            "released %r held by process %s, which died on this machine (owner %s)",
+                            name,
+                            dead.process,
+                            owner,
+                        )
+                    freed.append((name, parking, promotions))
+        finally:
+            for name, parking, promotions in freed:
+                try:
+                    _publish_all(app, parking, promotions, None)
+                except (RedisError, RedisClusterException) as exc:
+                    log.warning("could not publish what %r promoted (%r)", name, exc)
+                wake_waiting_for(app, name)
         liveness.forget(client, settings.prefix, dead.process)
     return released
 

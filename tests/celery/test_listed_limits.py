@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -1367,6 +1368,33 @@ def test_a_woken_head_refused_by_the_limits_rate_starts_when_the_rate_admits_it(
     assert starts[1] - starts[0] > 5.0 and starts[2] - starts[1] > 5.0  # the rate: 1 per 10 s
 
 
+def test_a_child_killed_going_back_for_the_limits_rate_under_a_longer_hold(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """As above, but the child running b0 dies just after b0 went back to the
+    head for the rate (its own slot not given back yet): the main process
+    gives the slot back, and b0 still starts when the rate admits it, once,
+    then b1; never two runs of the limit at once."""
+    scene = Scene(start, redis_url, redis_client, task="charge_capped_rated", shared=1)
+    scene.worker()
+    holder = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    b0 = scene.call("b", 0, duration=0.1)
+    scene.wait_noted("b")
+    b1 = scene.call("b", 1, duration=0.1)
+    scene.wait_parked("b", 2)
+    fault = f"{scene.prefix}:fault:listed_parked"
+    redis_client.set(fault, 1)  # b0's next way back to the head: the rate's
+    scene.open("a")
+    assert holder.get(timeout=30) == 0
+    wait_for(lambda: not redis_client.exists(fault), 60, message="the kill")
+    assert b0.get(timeout=60) == 0  # not after the 120 s hold
+    assert b1.get(timeout=60) == 1
+    assert scene.starts() == [("a", 0), ("b", 0), ("b", 1)]
+    assert most_at_once(scene.events()) == 1
+    scene.wait_nothing_held("acct:b", SHARED)
+
+
 def woken_with_the_rest_held(scene: Scene, b_calls: int, **b0: Any) -> list[Any]:
     """a0 holds the shared limit (gated) and b waits with ``b_calls`` tasks
     (b0 with ``b0``'s options, the others of 0.1 s); a0 ends, and its
@@ -1578,6 +1606,66 @@ def test_a_wake_up_that_fails_midway_counts_what_it_published(
     assert parking.status().in_flight == 1 and calls[0].state == "PROMOTED"
     assert "could not wake the names waiting for 'shared'" in caplog.text
     caplog.clear()  # its record holds the error's frames, and through them these results
+
+
+def test_a_dead_holders_clean_up_publishes_what_it_gave_back_before_a_release_fails(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process of this machine died holding a slot of ``acct:d`` (whose
+    parked task the release promotes) and one of the shared limit.  The
+    clean-up gives every name back before it publishes; when the shared
+    limit's release fails (a Redis error, injected), what was given back is
+    still published (not left reserved until its deadline), the error goes
+    to the caller (the sweeper), and the next pass gives back the rest."""
+    from celery_redislock.core import liveness
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.keys import LiveKeys
+    from celery_redislock.core.park import Verdict
+    from celery_redislock.core.rate import NO_RATE
+    from celery_redislock.core.scripts import LIVE_REGISTER
+    from celery_redislock.parking import promotion
+
+    space = liveness.process_space()
+    assert space is not None, "process statements need Linux /proc"
+    config = worker_config(redis_url)
+    prefix = config["prefix"]
+    app = create_listed_app(config)
+    parking = Parking(redis_client, prefix, "acct:d")
+    for owner in ("dead.1", "other.2"):  # both slots of acct:d (limit 2) taken
+        assert parking.try_hold(Capacity.semaphore(2), owner, 30, "{}", NO_RATE).verdict is (
+            Verdict.HELD
+        )
+    call = app.tasks["listed.charge_park"].delay("d", 0)  # its key full: parked
+    assert parking.status().parked == 1
+    shared = Parking(redis_client, prefix, SHARED)
+    assert shared.try_hold(Capacity.semaphore(3), "dead.3", 30, "{}", NO_RATE).verdict is (
+        Verdict.HELD
+    )
+    sleeper = subprocess.Popen(["sleep", "60"])
+    process = liveness.identity(sleeper.pid)
+    sleeper.kill()
+    sleeper.wait()
+    assert process is not None
+    keys = LiveKeys(prefix, space)
+    holdings = json.dumps({"acct:d": ["dead.1"], SHARED: ["dead.3"]}, sort_keys=True)
+    LIVE_REGISTER(redis_client, [keys.index, keys.record(process)], [process, holdings, 60_000])
+    real_release = Parking.release
+
+    def fails_for_shared(self: Parking, owner: str, *args: Any) -> Any:
+        if self.name == SHARED:
+            raise redis.ConnectionError("injected: the lock Redis went away")
+        return real_release(self, owner, *args)
+
+    monkeypatch.setattr(Parking, "release", fails_for_shared)
+    with pytest.raises(redis.ConnectionError):
+        promotion.release_dead_holders(app)
+    status = parking.status(count=1)
+    assert (status.parked, status.in_flight) == (0, 1)
+    assert call.state == "PROMOTED"  # published, not only reserved
+    monkeypatch.undo()
+    assert promotion.release_dead_holders(app) == 1  # the shared limit's slot, this time
+    assert holders(redis_client, prefix, SHARED) == []
+    assert liveness.dead_processes(redis_client, prefix) == []
 
 
 def test_a_wake_up_that_runs_out_of_tries_leaves_the_rest_unheld(

@@ -11,7 +11,7 @@ import pytest
 
 from celery_redislock import Overrides, RateLimiter
 from celery_redislock.core.capacity import Capacity
-from celery_redislock.core.park import ParkConfig, Parking, Verdict
+from celery_redislock.core.park import ParkConfig, Parking, PromotionKind, Verdict
 from celery_redislock.core.rate import NO_RATE, Rate, RateTerms, parse_rate
 from tests.waiting import wait_for
 
@@ -327,6 +327,35 @@ def test_a_head_sent_back_by_the_held_limits_rate_goes_alone_when_the_rate_admit
     status = park.status()
     assert (status.parked, status.in_flight, status.waits_for) == (2, 1, "M")
     assert park.promote(three, config) == []  # the rest: still held for M
+
+
+@pytest.mark.parametrize("leaves", ["dropped", "expired", "passed", "made way"])
+def test_a_heads_own_time_under_a_hold_is_not_taken_by_the_next_task(
+    redis_client: Any, prefix: str, leaves: str
+) -> None:
+    """As above, but the head sent back for M's rate (1 s) leaves the head of
+    the park before its time: dropped (revoked), expired, or passed by
+    another run of the name put back ahead of it without a hold; or a run of
+    the name made way at M (the name waits for its turn at M now).  Past its
+    time, nothing is promoted: the rest stays held for M's 30 s (the head's
+    time was its own, and went with the turn)."""
+    park = Parking(redis_client, prefix, "acct:h")
+    three = Capacity.semaphore(3)
+    for n in range(2):
+        park.park_at_head(f"t{n}", three, "{}", 0, 0, "t", NO_RATE, hold=30, waits_for="M")
+    expires = 0.5 if leaves == "expired" else 0
+    park.park_at_head("t9", three, "{}", expires, 0, "t", NO_RATE, hold=1, waits_for="M")
+    past_its_time = redis_now(redis_client) + 1.0
+    if leaves == "dropped":
+        assert park.drop("t9").where == "parked"
+    elif leaves == "passed":
+        park.park_at_head("tB", three, "{}", 0, 0, "t", NO_RATE)
+    elif leaves == "made way":
+        assert park.hold_for("M", 30)
+    wait_for(lambda: redis_now(redis_client) > past_its_time, 10, message="the head's time")
+    promoted = park.promote(three, ParkConfig(deadline=5))
+    assert [p.task_id for p in promoted if p.kind is not PromotionKind.EXPIRED] == []
+    assert park.status().waits_for == "M"
 
 
 def test_a_wake_up_promotes_one_and_holds_the_rest_for_the_limit_again(

@@ -22,7 +22,8 @@
 --                      it is promoted before, unless park_unhold.lua lifts
 --                      the hold (the wake-up of that listed limit, when it
 --                      has room); under a longer hold for the same limit,
---                      this head alone may go after hold_ms (PMETA lhead)
+--                      this head alone may go after hold_ms (PMETA lhead,
+--                      with its task id)
 -- ARGV[13] waits_for   the listed limit the hold is for (PMETA lwait; "" with
 --                      hold_ms 0)
 -- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
@@ -63,7 +64,7 @@ if hold_ms > 0 then
     -- that made way set it; letting them go early only gets them sent
     -- back), but this head goes alone when its own wait ends (a refusal by
     -- the limit's rate, which admits it then): rate_admits.lua.
-    redis.call('HSET', PMETA, 'lhead', hold)
+    redis.call('HSET', PMETA, 'lhead', hold .. '|' .. id)
   end
 end
 if token ~= '' then

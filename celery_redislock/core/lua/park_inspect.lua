@@ -56,7 +56,7 @@ local head_wait_ms, interval, burst = 0, 0, 0
 local head = redis.call('ZRANGE', PARK, 0, 0)[1]
 if head then
   local e = read_entry(redis.call('HGET', PARKED, head))
-  local ok, wait_us = rate_admits(e, false, true)
+  local ok, wait_us = rate_admits(e, false, true, head)
   if not ok then head_wait_ms = math.ceil(wait_us / 1000) end
   interval, burst = rate_terms(OVERRIDE, e.interval, e.burst, e.cost)
 end

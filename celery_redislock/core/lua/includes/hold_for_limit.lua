@@ -10,8 +10,9 @@ local function hold_for_limit(limit, hold_for)
   local current = redis.call('HMGET', PMETA, 'lhold', 'lwait')
   local until_ms = tonumber(current[1] or '0')
   if until_ms > NOW_MS and current[2] ~= limit then return 0 end
-  -- A head's own time (lhead) belongs to the hold it was set under.
-  if until_ms <= NOW_MS then redis.call('HDEL', PMETA, 'lhead') end
+  -- The name now waits for its turn at the limit: a head's own time under
+  -- the hold before (lhead, a refusal by the limit's rate) goes with it.
+  redis.call('HDEL', PMETA, 'lhead')
   local hold = NOW_MS + hold_for
   if hold > until_ms then redis.call('HSET', PMETA, 'lhold', hold, 'lwait', limit) end
   return 1

@@ -21,7 +21,7 @@ local function next_due(raw_limit, n_holders, parked)
     if (n_holders or redis.call('ZCARD', HOLDERS)) < limit then
       -- A slot is free: due now, unless the head waits for its rate or a pause.
       local head = redis.call('ZRANGE', PARK, 0, 0)[1]
-      local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true)
+      local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true, head)
       if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000)) end
     else
       local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')

@@ -19,8 +19,9 @@
 --                     burst was parked; lhold = Redis time (ms) before
 --                     which it is not promoted either, for the listed limit
 --                     lwait (park_head.lua; park_unhold.lua lifts it),
---                     lhead = when the first parked task may go alone
---                     under a longer lhold (rate_admits.lua);
+--                     lhead = "<ms>|<task id>": when that head, first in
+--                     the park, may go alone under a longer lhold
+--                     (park_head.lua, rate_admits.lua);
 --                     head = the task park_head.lua
 --                     put back ahead of the park: a run
 --                     that paused or retries, which a keep_latest call does

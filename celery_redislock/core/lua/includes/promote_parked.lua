@@ -43,7 +43,7 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
     local unclaimed = max_publishes > 0 and e.publishes >= max_publishes
     if not expired and not unclaimed then
       -- The slot and the rate together: both are taken, or neither.
-      if not admissible(state, limit_of(own)) or not rate_admits(e, true, true) then break end
+      if not admissible(state, limit_of(own)) or not rate_admits(e, true, true, head) then break end
     end
     unpark(head)
     local reply

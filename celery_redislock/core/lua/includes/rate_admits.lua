@@ -8,27 +8,29 @@
 -- Whether the name's rate (and pause) admits entry `e` now; with `take`,
 -- its units are taken when it does.  Parked work also waits for a debounced
 -- name's hold and a listed limit's (PMETA hold, lhold: park_call.lua,
--- park_head.lua), except that the first parked task may go alone at PMETA
--- lhead (a head sent back by the held limit's rate, which admits it then:
--- park_head.lua); the promotion that takes it clears lhead.  Returns
--- admitted and, if not, the
+-- park_head.lua), except that the head park_head.lua put back for the held
+-- limit's rate goes alone, first in the park, at its time (PMETA lhead
+-- "<ms>|<task id>"; `id` the entry's task id); the promotion that takes
+-- it clears lhead.  Returns admitted and, if not, the
 -- microseconds until it would be.  An entry without a rate only waits
 -- for a pause.  `parked`: `e` is parked work (promotion), whose schedule may
 -- be kept SCHEDULE_LAG_US (at most half an interval) behind (see gcra()), so
 -- a backlog keeps its rate when a promotion runs a little after its due time
 -- (a sweeper's wake-up); an arriving start has none.
 local hold_ms  -- the later of PMETA's holds, read once per script call (0: none)
-local debounce_ms, head_ms  -- PMETA hold and lhead, read with hold_ms
-local function rate_admits(e, take, parked)
+local debounce_ms, head_ms, head_id  -- PMETA hold and lhead, read with hold_ms
+local function rate_admits(e, take, parked, id)
   local by_head = false
   if parked then
     if hold_ms == nil then
       local holds = redis.call('HMGET', PMETA, 'hold', 'lhold', 'lhead')
-      debounce_ms, head_ms = tonumber(holds[1] or '0'), tonumber(holds[3] or '0')
+      debounce_ms = tonumber(holds[1] or '0')
       hold_ms = math.max(debounce_ms, tonumber(holds[2] or '0'))
+      local ms, task_id = string.match(holds[3] or '', '^(%d+)|(.*)$')
+      head_ms, head_id = tonumber(ms or '0'), task_id
     end
     local until_ms = hold_ms
-    by_head = head_ms > 0 and head_ms < hold_ms
+    by_head = head_ms > 0 and head_ms < hold_ms and id == head_id
     if by_head then until_ms = math.max(debounce_ms, head_ms) end
     if until_ms > NOW_MS then return false, (until_ms - NOW_MS) * 1000 end
   end
