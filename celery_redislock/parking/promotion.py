@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisError
 
 from .. import events, signals
 from ..core import liveness
@@ -451,41 +451,56 @@ def release_dead_holders(app: Any, own_children: Collection[int] = ()) -> int:
     clean up after its children), and promote parked work into the freed slots,
     before the leases' TTL would have freed them.  ``own_children`` (pids of
     this worker's pool children) are left to its own clean-up (run/request.py),
-    which also sends ``lock_released``.
-    Returns how many it released."""
+    which also sends ``lock_released``.  A process whose clean-up fails (a
+    Redis error) is logged and its statement kept: the next pass tries it
+    again, and the other dead processes are cleaned up meanwhile.
+    Returns how many it released (but for a clean-up that failed midway)."""
     client, settings = client_for(app)
     released = 0
     for dead in liveness.dead_processes(client, settings.prefix):
         if _pid_of(dead.process) in own_children:
             continue  # this worker's own child: its clean-up releases and signals
-        # Every name is given back before any promotion is published or key
-        # woken: a task promoted for one name (its own key) may need another
-        # (a listed limit the dead process also held).  What was given back
-        # is published and woken even if a later release fails (the error
-        # then goes to the sweeper, and this process is tried again).
-        freed: list[tuple[str, Parking, list[Promotion]]] = []
         try:
-            for name, owners in dead.holdings.items():
-                parking = Parking(client, settings.prefix, name)
-                for owner in owners:
-                    held, promotions = parking.release(owner, None, settings.park)
-                    if held:
-                        released += 1
-                        log.warning(
-                            "released %r held by process %s, which died on this machine (owner %s)",
-                            name,
-                            dead.process,
-                            owner,
-                        )
-                    freed.append((name, parking, promotions))
-        finally:
-            for name, parking, promotions in freed:
-                try:
-                    _publish_all(app, parking, promotions, None)
-                except (RedisError, RedisClusterException) as exc:
-                    log.warning("could not publish what %r promoted (%r)", name, exc)
-                wake_waiting_for(app, name)
+            released += _give_back_dead(app, client, settings, dead)
+        except Exception as exc:  # its statement stays: the next pass tries it again
+            log.warning("could not give back what dead process %s held (%r)", dead.process, exc)
+            continue
         liveness.forget(client, settings.prefix, dead.process)
+    return released
+
+
+def _give_back_dead(app: Any, client: Any, settings: Any, dead: liveness.DeadProcess) -> int:
+    """Release every lease ``dead`` held, then publish what the releases
+    promoted and wake the keys waiting for its names; returns how many it
+    released.  Every name is given back before any promotion is published or
+    key woken: a task promoted for one name (its own key) may need another
+    (a listed limit the dead process also held).  What was given back is
+    published and woken even when a later release fails (the error is then
+    raised); a failed publish is logged (the task stays reserved, and is
+    published again after its deadline)."""
+    released = 0
+    freed: list[tuple[str, Parking, list[Promotion]]] = []
+    try:
+        for name, owners in dead.holdings.items():
+            parking = Parking(client, settings.prefix, name)
+            for owner in owners:
+                held, promotions = parking.release(owner, None, settings.park)
+                if held:
+                    released += 1
+                    log.warning(
+                        "released %r held by process %s, which died on this machine (owner %s)",
+                        name,
+                        dead.process,
+                        owner,
+                    )
+                freed.append((name, parking, promotions))
+    finally:
+        for name, parking, promotions in freed:
+            try:
+                _publish_all(app, parking, promotions, None)
+            except Exception as exc:
+                log.warning("could not publish what the release of %r promoted (%r)", name, exc)
+            wake_waiting_for(app, name)
     return released
 
 

@@ -979,6 +979,16 @@ def parked_waiting_for(app: Celery, task_id: str, limit: str = SHARED) -> bool:
     )
 
 
+def sent_back_by_a_limit(app: Celery, task_id: str) -> int:
+    """How often ``task_id`` went back to its park for a listed limit."""
+    return sum(
+        s["signal"] == "redislock_parked"
+        and s.get("task_id") == task_id
+        and s.get("where") == "limit"
+        for s in app.recorder.signals()  # type: ignore[attr-defined]
+    )
+
+
 def blocked(client: redis.Redis, prefix: str, limit: str = SHARED) -> list[str]:
     return [m.decode() for m in client.zrange(f"{prefix}:{{{limit}}}:blocked", 0, -1)]
 
@@ -1359,6 +1369,7 @@ def test_a_woken_head_refused_by_the_limits_rate_starts_when_the_rate_admits_it(
     scene.worker()
     b0, b1 = woken_with_the_rest_held(scene, 2, gate=True)
     scene.wait_started(("b", 0))
+    assert sent_back_by_a_limit(scene.app, b0.id) == 2  # by the full limit, then by its rate
     assert scene.status("b").waits_for == SHARED  # b1: still held, not let go with b0
     scene.open("b")
     assert b0.get(timeout=30) == 0
@@ -1390,6 +1401,8 @@ def test_a_child_killed_going_back_for_the_limits_rate_under_a_longer_hold(
     wait_for(lambda: not redis_client.exists(fault), 60, message="the kill")
     assert b0.get(timeout=60) == 0  # not after the 120 s hold
     assert b1.get(timeout=60) == 1
+    # The kill came on b0's way back for the rate (its second), not on b1's.
+    assert sent_back_by_a_limit(scene.app, b0.id) == 2
     assert scene.starts() == [("a", 0), ("b", 0), ("b", 1)]
     assert most_at_once(scene.events()) == 1
     scene.wait_nothing_held("acct:b", SHARED)
@@ -1609,14 +1622,18 @@ def test_a_wake_up_that_fails_midway_counts_what_it_published(
 
 
 def test_a_dead_holders_clean_up_publishes_what_it_gave_back_before_a_release_fails(
-    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    redis_url: str,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A process of this machine died holding a slot of ``acct:d`` (whose
     parked task the release promotes) and one of the shared limit.  The
     clean-up gives every name back before it publishes; when the shared
     limit's release fails (a Redis error, injected), what was given back is
-    still published (not left reserved until its deadline), the error goes
-    to the caller (the sweeper), and the next pass gives back the rest."""
+    still published (not left reserved until its deadline), the error is
+    logged with the process's statement kept, and the next pass gives back
+    the rest."""
     from celery_redislock.core import liveness
     from celery_redislock.core.capacity import Capacity
     from celery_redislock.core.keys import LiveKeys
@@ -1657,13 +1674,23 @@ def test_a_dead_holders_clean_up_publishes_what_it_gave_back_before_a_release_fa
         return real_release(self, owner, *args)
 
     monkeypatch.setattr(Parking, "release", fails_for_shared)
-    with pytest.raises(redis.ConnectionError):
-        promotion.release_dead_holders(app)
+    promotion.release_dead_holders(app)  # the error is logged, not raised
+    assert "could not give back what dead process" in caplog.text
+    caplog.clear()  # its record holds the error's frames
     status = parking.status(count=1)
     assert (status.parked, status.in_flight) == (0, 1)
     assert call.state == "PROMOTED"  # published, not only reserved
     monkeypatch.undo()
+    seen: list[tuple[str, list[Any]]] = []
+    real_publish = promotion._publish_all
+
+    def publish(*args: Any) -> int:  # records what the shared limit holds at each publish
+        seen.append((args[1].name, holders(redis_client, prefix, SHARED)))
+        return real_publish(*args)
+
+    monkeypatch.setattr(promotion, "_publish_all", publish)
     assert promotion.release_dead_holders(app) == 1  # the shared limit's slot, this time
+    assert seen and all(held == [] for _, held in seen), seen  # given back before any publish
     assert holders(redis_client, prefix, SHARED) == []
     assert liveness.dead_processes(redis_client, prefix) == []
 

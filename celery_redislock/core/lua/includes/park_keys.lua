@@ -21,7 +21,9 @@
 --                     lwait (park_head.lua; park_unhold.lua lifts it),
 --                     lhead = "<ms>|<task id>": when that head, first in
 --                     the park, may go alone under a longer lhold
---                     (park_head.lua, rate_admits.lua);
+--                     (park_head.lua sets it, rate_admits.lua reads it;
+--                     cleared by its promotion, park_unhold.lua, a new
+--                     hold, hold_for_limit.lua);
 --                     head = the task park_head.lua
 --                     put back ahead of the park: a run
 --                     that paused or retries, which a keep_latest call does
