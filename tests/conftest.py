@@ -44,21 +44,20 @@ def _heartbeat_stopped_at_the_end() -> Iterator[None]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Before the session's servers stop: collect the ``AsyncResult`` s that
-    are garbage, while their result backend still answers, and then stop
-    Celery's Redis result consumer from reconnecting.
+    """Stop Celery's Redis result consumer from reconnecting, then collect
+    the ``AsyncResult`` s that are garbage.
 
-    An ``AsyncResult`` a test waited on keeps a subscription; collected only
-    at pytest's final garbage collection, after the throwaway servers are
-    gone, its ``__del__`` unsubscribes and Celery's consumer retries the dead
-    connection without end (seen with celery 5.3), so the run never exits.
+    An ``AsyncResult`` a test waited on keeps a subscription; collected at
+    the end, its ``__del__`` unsubscribes.  When its result backend was a
+    throwaway server that is gone by then, Celery's consumer retries the dead
+    connection, 20 times a second apart for each such result (celery 5.3:
+    the floor row's exit took minutes).  Without reconnecting, an unsubscribe
+    from a live backend still works, and one from a gone backend fails once.
     """
     import contextlib
     import gc
 
     from celery.backends import redis as redis_backend
-
-    gc.collect()
 
     @contextlib.contextmanager
     def no_reconnect(self: Any) -> Iterator[None]:
@@ -66,6 +65,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             yield
 
     redis_backend.ResultConsumer.reconnect_on_error = no_reconnect  # type: ignore[method-assign,assignment]
+    gc.collect()
 
 
 @pytest.fixture
