@@ -13,6 +13,8 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{<name>}:blocked   ZSET  names whose parked heads wait for this name as a
                                 listed limit (limit_block.lua, limit_wake.lua)
     <prefix>:{<name>}:blocked:limits  HASH  the limit each of them asks of it
+    <prefix>:{<name>}:blocked:turns  ZSET  names that had a turn of this listed limit
+                                in the current round and are not noted -> when
     <prefix>:{<name>}:enqueued:<task name>  STR  lock_dedupe marker of one task (dedupe_claim.lua)
     <prefix>:{<name>}:throttle:<task name>  STR  the window of lock_throttle without
                                 trailing, of one task (dedupe_claim.lua)
@@ -139,6 +141,17 @@ class LeaseKeys:
     def blocked_limits(self) -> str:
         """The limit each of :attr:`blocked` asks of this name."""
         return f"{self.base}:blocked:limits"
+
+    @cached_property
+    def blocked_turns(self) -> str:
+        """Names that had a turn of this name as a listed limit in the current
+        round and are not in :attr:`blocked` -> when (limit_block.lua)."""
+        return f"{self.base}:blocked:turns"
+
+    def blocked_keys(self) -> list[str]:
+        """KEYS of limit_forget.lua, and of limit_block.lua, limit_wake.lua and
+        limit_release.lua after the seven: blocked, its limits and its turns."""
+        return [self.blocked, self.blocked_limits, self.blocked_turns]
 
     def dedupe_marker(self, task_name: str) -> str:
         """Per task name: two tasks whose keys give one name never share a marker."""

@@ -253,13 +253,19 @@ def make_way(
     taking their slots).  Never raises: a failure leaves the hold to end by
     itself."""
     try:
-        note_waiting(task, request_id, own, limit, asks, in_flight)
+        note_waiting(task, request_id, own, limit, asks, in_flight, had_turn=True)
     except Exception as exc:
         log.warning("%s[%s]: could not make way on %r (%r)", task.name, request_id, limit, exc)
 
 
 def note_waiting(
-    task: Any, request_id: str, lease_set: LeaseSet, limit: str, asks: int, in_flight: int = 0
+    task: Any,
+    request_id: str,
+    lease_set: LeaseSet,
+    limit: str,
+    asks: int,
+    in_flight: int = 0,
+    had_turn: bool = False,
 ) -> None:
     """After :func:`wait_for_a_limit` parked the task and gave its own slot
     back: note the name in the limit's blocked set with the limit its head
@@ -273,11 +279,16 @@ def note_waiting(
     that dies before the note, or a Redis error here, leaves the task
     parked: its hold ends by itself.  ``in_flight``: slots of the limit to
     count as taken besides its holders (a name just woken for the slot a run
-    gave back, on its way to take it)."""
+    gave back, on its way to take it).  ``had_turn``: a run of the name just
+    had its turn of the limit (it makes way): noted at the back, not with
+    the names new to the round."""
     try:
         holds = limit in type(task)._redislock_listed_fixed
         client, prefix = lease_set.client, lease_set.keys.prefix
-        if not note_blocked(client, prefix, lease_set.name, limit, asks, in_flight, holds):
+        noted = note_blocked(
+            client, prefix, lease_set.name, limit, asks, in_flight, holds, had_turn
+        )
+        if not noted:
             wake_name(task.app, lease_set.name, limit, asks if holds else None, in_flight)
     except (RedisError, RedisClusterException) as exc:
         log.warning(

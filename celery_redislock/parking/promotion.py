@@ -310,7 +310,7 @@ def wake_waiting_for(
             if woken is None or attempt:
                 woken = LIMIT_WAKE(
                     client,
-                    [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
+                    [*keys.lease_keys(), *keys.blocked_keys()],
                     [passed_over, in_flight, BLOCKED_MEMORY_MS],
                 )
             if not woken:
@@ -336,7 +336,7 @@ def listed_releaser(lease_set: LeaseSet, woken: list[Any]) -> Callable[[str], bo
         keys = lease_set.keys
         reply = LIMIT_RELEASE(
             lease_set.client,
-            [*keys.lease_keys(), keys.blocked, keys.blocked_limits, *keys.script_keys()[7:]],
+            [*keys.lease_keys(), *keys.blocked_keys(), *keys.script_keys()[7:]],
             [owner, WAIT_LEASE_MS, BLOCKED_MEMORY_MS],
         )
         woken[:] = reply[1:]
@@ -360,7 +360,7 @@ def _promote_woken(app: Any, name: str, limit: str, noted_again: bool, last: boo
         # limit_block.lua made since (a run of the name refused) stays.
         keys = lease_keys(settings.prefix, limit)
         try:
-            LIMIT_FORGET(client, [keys.blocked, keys.blocked_limits], [name])
+            LIMIT_FORGET(client, keys.blocked_keys(), [name])
         except RedisError as exc:  # a stale note costs a wake-up that promotes nothing
             log.warning("could not take back the note of %r on %r (%r)", name, limit, exc)
     return published
@@ -395,7 +395,9 @@ def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_fligh
             continue  # dropped as revoked: the slot is still free, promote the next one
         # A failed publish stays reserved (re-published after its deadline): it counts.
         in_flight += max(sent, 1)
-        if note_blocked(client, settings.prefix, name, limit, asks, in_flight, holds=True):
+        if note_blocked(
+            client, settings.prefix, name, limit, asks, in_flight, holds=True, had_turn=True
+        ):
             break
     return published > 0
 
@@ -408,6 +410,7 @@ def note_blocked(
     asks: int,
     in_flight: int = 0,
     holds: bool = False,
+    had_turn: bool = False,
 ) -> bool:
     """Note ``name`` in the listed limit ``limit``'s blocked set with the
     limit its head asks of it (``asks``; ``limit_block.lua``), unless the
@@ -419,12 +422,16 @@ def note_blocked(
     the limit to count as taken besides its holders (tasks just promoted
     for it, on their way to take them).  ``holds``: when woken, the name's
     other parked tasks stay held for the limit (its name is the same for
-    every call of the name's task)."""
+    every call of the name's task).  Names are served in rounds: a name
+    that has not had a turn of the limit in the current round is noted
+    before every name that had one; ``had_turn`` (it just had one: a run of
+    it made way, or it was woken and promoted) notes it at the back
+    (``includes/place_in_blocked.lua``)."""
     keys = lease_keys(prefix, limit)
     noted = LIMIT_BLOCK(
         client,
-        [*keys.lease_keys(), keys.blocked, keys.blocked_limits],
-        [name, asks, BLOCKED_MEMORY_MS, in_flight, int(holds)],
+        [*keys.lease_keys(), *keys.blocked_keys()],
+        [name, asks, BLOCKED_MEMORY_MS, in_flight, int(holds), int(had_turn)],
     )
     return bool(int(noted))
 

@@ -246,8 +246,8 @@ def _park_one_noted_for(
     keys = LeaseKeys(prefix, limit)
     blocker = FairSemaphore(redis_client, limit, 1, prefix=prefix)
     assert blocker.acquire(blocking=False)
-    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
-    assert LIMIT_BLOCK(redis_client, script_keys, [key, 1, 60_000, 0, 0]) == 1
+    script_keys = [*keys.lease_keys(), *keys.blocked_keys()]
+    assert LIMIT_BLOCK(redis_client, script_keys, [key, 1, 60_000, 0, 0, 0]) == 1
     blocker.release()  # a plain release: no wake-up
     return parked
 
@@ -1309,6 +1309,34 @@ def keys_take_turns(scene: Scene) -> None:
     assert scene.starts() == [("j", 0), ("k", 0), ("j", 1), ("k", 1)]
     # k1 was held while j1 had the turn: never promoted only to be sent back
     assert not parked_waiting_for(scene.app, rest[0].id)
+
+
+def test_an_account_new_to_the_round_goes_before_one_that_had_its_turn(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Shared limit 1: j and k wait; k is woken (its turn) and noted again at
+    the back; then a light account l arrives while k0 runs: l is noted
+    before k, not behind it (docs/park.md, "Rounds"), so l0 starts before
+    k1, and the heavy accounts still alternate: j0, k0, j1, l0, k1."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    scene.worker()
+    first = scene.call("j", 0, gate=True)
+    scene.wait_started(("j", 0))
+    k0 = scene.call("k", 0, gate=True)
+    scene.wait_noted("k")
+    rest = [scene.call("k", 1, duration=0.1)]
+    scene.wait_parked("k", 2)
+    rest.append(scene.call("j", 1, duration=0.1))
+    scene.wait_noted("k", "j")
+    scene.open("j")
+    scene.wait_started(("k", 0))
+    scene.wait_noted("j", "k")  # k had its turn: noted again, at the back
+    rest.append(scene.call("l", 0, duration=0.1))
+    scene.wait_noted("j", "l", "k")
+    scene.open("k")
+    for result in [first, k0, *rest]:
+        assert result.get(timeout=60) in (0, 1)
+    assert scene.starts() == [("j", 0), ("k", 0), ("j", 1), ("l", 0), ("k", 1)]
 
 
 def test_a_child_killed_while_holding_wakes_the_key_waiting_for_its_limit(

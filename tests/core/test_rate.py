@@ -398,10 +398,11 @@ def test_a_listed_release_gives_the_slot_back_and_wakes_the_oldest_noted_name_in
 
     limit = f"shared-{uuid.uuid4().hex[:8]}"
     keys = LeaseKeys(prefix, limit)
-    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    script_keys = [*keys.lease_keys(), *keys.blocked_keys()]
     holder = FairSemaphore(redis_client, limit, 1, ttl=30, prefix=prefix, index=True)
     assert holder.acquire(blocking=False)
-    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 1, 60_000, 0, 0]) == 1  # full: noted
+    noted = LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 1, 60_000, 0, 0, 0])
+    assert noted == 1  # full: noted
     woken: list[Any] = []
     holder.release_through(listed_releaser(holder, woken))
     assert woken == [b"acct:k", 1, 0, 0]
@@ -423,11 +424,76 @@ def test_a_wake_up_reports_room_for_one_more_only_while_nobody_else_waits(
 
     limit = f"shared-{uuid.uuid4().hex[:8]}"
     keys = LeaseKeys(prefix, limit)
-    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    script_keys = [*keys.lease_keys(), *keys.blocked_keys()]
     for name in ("acct:a", "acct:b"):  # in flight: 3 of 3, so noted
-        assert LIMIT_BLOCK(redis_client, script_keys, [name, 3, 60_000, 3, 0]) == 1
+        assert LIMIT_BLOCK(redis_client, script_keys, [name, 3, 60_000, 3, 0, 0]) == 1
     assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000]) == [b"acct:a", 3, 0, 0]
     assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000]) == [b"acct:b", 3, 0, 1]
+
+
+def _next_redis_ms(client: Any) -> None:
+    """Wait until Redis time is past the current millisecond: a note made
+    after this call is later than every turn recorded before it."""
+
+    def ms() -> int:
+        seconds, micros = client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    start = ms()
+    wait_for(lambda: ms() > start, 5, message="Redis time moved on")
+
+
+def test_a_limit_serves_names_new_to_the_round_before_names_that_had_their_turn(
+    redis_client: Any, prefix: str
+) -> None:
+    """A listed limit's blocked set is served in rounds
+    (``includes/place_in_blocked.lua``): a name noted for the first time goes
+    before every name noted after a turn (a light account is not served
+    behind a round of heavy ones); a name that had its turn in this round
+    goes to the back when noted again, whether it was taken out of the set
+    by its wake-up or by ``limit_forget.lua``, or noted with ``had_turn``;
+    once every name noted after a turn had its turn since, it is new again."""
+    from celery_redislock.core.keys import LeaseKeys
+    from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_WAKE
+
+    limit = f"shared-{uuid.uuid4().hex[:8]}"
+    keys = LeaseKeys(prefix, limit)
+    script_keys = [*keys.lease_keys(), *keys.blocked_keys()]
+
+    def note(name: str, holds: int = 1, had_turn: int = 0) -> None:  # 1 of 1 in flight: noted
+        assert LIMIT_BLOCK(redis_client, script_keys, [name, 1, 60_000, 1, holds, had_turn]) == 1
+
+    def wake() -> str:
+        woken = LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000])
+        return str(woken[0].decode())
+
+    def order() -> list[str]:
+        return [m.decode() for m in redis_client.zrange(keys.blocked, 0, -1)]
+
+    note("heavy:1")
+    note("heavy:2")
+    assert wake() == "heavy:1"  # noted again, at the back
+    note("light")
+    assert order() == ["heavy:2", "light", "heavy:1"]
+    assert wake() == "heavy:2" and wake() == "light"
+    assert order() == ["heavy:1", "heavy:2", "light"]
+    note("one-off", holds=0)
+    assert order() == ["one-off", "heavy:1", "heavy:2", "light"]
+    assert wake() == "one-off"  # taken out of the set: its turn is recorded
+    assert LIMIT_FORGET(redis_client, keys.blocked_keys(), ["light"]) == 1
+    note("one-off", holds=0)
+    note("light")
+    assert order() == ["heavy:1", "heavy:2", "one-off", "light"]
+    note("made-way", had_turn=1)
+    assert order()[-1] == "made-way"
+    assert [wake() for _ in range(5)] == ["heavy:1", "heavy:2", "one-off", "light", "made-way"]
+    _next_redis_ms(redis_client)
+    assert LIMIT_FORGET(redis_client, keys.blocked_keys(), ["light"]) == 1
+    _next_redis_ms(redis_client)
+    for _ in range(3):  # heavy:1, heavy:2 and made-way have their turns after light's
+        assert wake() != "light"
+    note("light")  # every name noted after a turn had its turn since light's: new again
+    assert order()[0] == "light"
 
 
 def test_a_note_is_taken_back_only_if_it_is_the_one_a_wake_up_made(
@@ -442,9 +508,9 @@ def test_a_note_is_taken_back_only_if_it_is_the_one_a_wake_up_made(
 
     limit = f"shared-{uuid.uuid4().hex[:8]}"
     keys = LeaseKeys(prefix, limit)
-    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
-    note = ["acct:k", 2, 60_000, 2, 1]  # 2 of 2 in flight: noted, holding
-    forget = [keys.blocked, keys.blocked_limits]
+    script_keys = [*keys.lease_keys(), *keys.blocked_keys()]
+    note = ["acct:k", 2, 60_000, 2, 1, 0]  # 2 of 2 in flight: noted, holding
+    forget = keys.blocked_keys()
     assert LIMIT_BLOCK(redis_client, script_keys, note) == 1
     assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000])[:3] == [b"acct:k", 2, 1]
     assert LIMIT_BLOCK(redis_client, script_keys, note) == 1  # noted since: it keeps its place
@@ -471,13 +537,13 @@ def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
 
     limit = f"shared-{uuid.uuid4().hex[:8]}"
     keys = LeaseKeys(prefix, limit)
-    script_keys = [*keys.lease_keys(), keys.blocked, keys.blocked_limits]
+    script_keys = [*keys.lease_keys(), *keys.blocked_keys()]
     first, second, third = (
         FairSemaphore(redis_client, limit, 2, ttl=30, prefix=prefix) for _ in range(3)
     )
     assert first.acquire(blocking=False) and second.acquire(blocking=False)
-    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 2, 60_000, 0, 1]) == 1  # noted
-    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:i", 2, 60_000, 0, 0]) == 1
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 2, 60_000, 0, 1, 0]) == 1  # noted
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:i", 2, 60_000, 0, 0, 0]) == 1
     assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000]) == []  # noted, but no room
     first.release()
     assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000]) == []  # the slot in flight
@@ -488,12 +554,12 @@ def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     assert woken == [b"acct:k", 2, 1, 1]  # noted to hold, so noted again; room for one more
     assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:k"]
     assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000]) == [b"acct:k", 2, 1, 0]
-    assert LIMIT_FORGET(redis_client, [keys.blocked, keys.blocked_limits], ["acct:k"]) == 1
+    assert LIMIT_FORGET(redis_client, keys.blocked_keys(), ["acct:k"]) == 1
     assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000]) == []  # nobody left
     assert second.acquire(blocking=False)
 
     assert first.acquire(blocking=False)
-    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:j", 2, 60_000, 0, 0]) == 1
+    assert LIMIT_BLOCK(redis_client, script_keys, ["acct:j", 2, 60_000, 0, 0, 0]) == 1
     waiter = threading.Thread(target=third.acquire, kwargs={"blocking": True, "timeout": 30})
     waiter.start()
     try:

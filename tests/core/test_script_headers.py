@@ -163,11 +163,11 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     park.unhold(config, f"{name}-l", 5)
     assert park.hold_for(f"{name}-l", 5)
     limit_keys = LeaseKeys(prefix, f"{name}-l")
-    blocked = [limit_keys.blocked, limit_keys.blocked_limits]
+    blocked = limit_keys.blocked_keys()
     lease_keys = limit_keys.lease_keys()
     other = FairSemaphore(redis_client, f"{name}-l", 1, ttl=5, prefix=prefix)
     assert other.acquire()  # full: the name is noted
-    noted = [f"{name}-p", 1, 60_000, 0, 1]
+    noted = [f"{name}-p", 1, 60_000, 0, 1, 0]
     assert scripts.LIMIT_BLOCK(redis_client, [*lease_keys, *blocked], noted)
     other.release()
     woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], ["", 0, 60_000])

@@ -4,14 +4,17 @@
 -- name is queued or noted before it (a slot came back before this call:
 -- the caller wakes the name itself instead).
 -- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
--- and KEYS[8] blocked, and KEYS[9] limits:
+-- and KEYS[8] blocked, and KEYS[9] limits, and KEYS[10] turns:
 --   blocked  ZSET  <prefix>:{<limit name>}:blocked: name whose head waits ->
 --                  Redis time (ms) it was first noted
 --   limits   HASH  <prefix>:{<limit name>}:blocked:limits: name -> "<asks>
 --                  <holds>": the limit its head asks of this limit, as
 --                  passed (limit_of(): an override applies), and ARGV[5]
 --                  (" w" after them: noted again by a wake-up, wake_oldest());
---                  both keys live ARGV[3] ms after the last note
+--   turns    ZSET  <prefix>:{<limit name>}:blocked:turns: name that had a
+--                  turn of this limit in the current round and is not
+--                  noted -> when (includes/place_in_blocked.lua);
+--                  the three keys live ARGV[3] ms after the last note
 -- ARGV[1] the name whose head waits
 -- ARGV[2] its limit of this listed limit
 -- ARGV[3] ttl_ms
@@ -21,17 +24,21 @@
 -- ARGV[5] holds      1 if the name's other parked tasks are to stay held for
 --                    this limit when it is woken (the limit's name is the
 --                    same for every call of the name's task), else 0
+-- ARGV[6] had_turn   1 if the name just had a turn of this limit (a run of
+--                    it made way, or it was woken and promoted): it goes to
+--                    the back; else 0 (includes/place_in_blocked.lua)
 -- Returns 1 if noted (or noted already: it keeps its place), 0 if not
--- noted because the limit has room for the head now.
+-- noted because the limit has room for the head now.  Where it is noted:
+-- includes/place_in_blocked.lua.
 
 --- @include "includes/admissible"
 --- @include "includes/holder_state"
 --- @include "includes/lease_set_keys"
 --- @include "includes/limit_of"
---- @include "includes/now"
+--- @include "includes/place_in_blocked"
 --- @include "includes/purge_expired_holders"
 
-local BLOCKED, LIMITS = KEYS[8], KEYS[9]
+local BLOCKED, LIMITS, TURNS = KEYS[8], KEYS[9], KEYS[10]
 local name, asks, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if redis.call('EXISTS', QUEUE, BLOCKED) == 0 then
   purge_expired_holders()
@@ -39,8 +46,11 @@ if redis.call('EXISTS', QUEUE, BLOCKED) == 0 then
   state.n = state.n + tonumber(ARGV[4])
   if admissible(state, limit_of(asks)) then return 0 end
 end
-redis.call('ZADD', BLOCKED, 'NX', NOW_MS, name)
+if not redis.call('ZSCORE', BLOCKED, name) then
+  redis.call('ZADD', BLOCKED, place_in_blocked(BLOCKED, TURNS, name, ARGV[6] == '1'), name)
+end
 redis.call('HSET', LIMITS, name, asks .. ' ' .. ARGV[5])
 redis.call('PEXPIRE', BLOCKED, ttl_ms)
 redis.call('PEXPIRE', LIMITS, ttl_ms)
+redis.call('PEXPIRE', TURNS, ttl_ms)
 return 1

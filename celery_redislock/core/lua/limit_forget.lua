@@ -6,10 +6,17 @@
 -- making way) stays.
 -- KEYS[1] blocked  limit_block.lua's KEYS[8]
 -- KEYS[2] limits   limit_block.lua's KEYS[9]
+-- KEYS[3] turns    limit_block.lua's KEYS[10]: the name's turn (the time of
+--                  that note) is recorded there, for as long as the set lives
 -- ARGV[1] the name
 -- Returns 1 if the note was taken back, else 0.
 
 local noted = redis.call('HGET', KEYS[2], ARGV[1])
 if not noted or string.sub(noted, -2) ~= ' w' then return 0 end
+local turn, ttl = redis.call('ZSCORE', KEYS[1], ARGV[1]), redis.call('PTTL', KEYS[1])
+if turn and ttl > 0 then
+  redis.call('ZADD', KEYS[3], turn, ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
 redis.call('HDEL', KEYS[2], ARGV[1])
 return redis.call('ZREM', KEYS[1], ARGV[1])

@@ -3,8 +3,8 @@
 -- is woken (as limit_wake.lua), in one call: the end of a run costs one
 -- round trip per listed limit.
 -- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
--- and KEYS[8] blocked (limit_block.lua's KEYS[8]), and KEYS[9] limits (its KEYS[9]),
--- and KEYS[10] HELD (optional; release.lua's KEYS[8]).
+-- and KEYS[8] blocked, KEYS[9] limits and KEYS[10] turns (limit_block.lua's),
+-- and KEYS[11] HELD (optional; release.lua's KEYS[8]).
 -- ARGV[1] owner
 -- ARGV[2] wake_ms    as release.lua's ARGV[2]
 -- ARGV[3] ttl_ms     as limit_wake.lua's ARGV[3]
@@ -15,9 +15,9 @@
 --- @include "includes/release_owner"
 --- @include "includes/wake_oldest"
 
-HELD = KEYS[10]
+HELD = KEYS[11]
 
 local held = release_owner(ARGV[1], tonumber(ARGV[2]))
-local reply = wake_oldest(KEYS[8], KEYS[9], '', 0, ARGV[3])
+local reply = wake_oldest(KEYS[8], KEYS[9], KEYS[10], '', 0, ARGV[3])
 table.insert(reply, 1, held)
 return reply

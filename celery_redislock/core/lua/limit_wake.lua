@@ -5,7 +5,7 @@
 -- run's give-back, a dead child's clean-up, the dead-holder path), or when
 -- the limit had room for one more.
 -- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
--- and KEYS[8] blocked (limit_block.lua's KEYS[8]), and KEYS[9] limits (its KEYS[9]).
+-- and KEYS[8] blocked, KEYS[9] limits and KEYS[10] turns (limit_block.lua's).
 -- ARGV[1] the name not to wake ("" none): a run that gives this limit back
 --         because another refused it, whose own name goes back to wait
 -- ARGV[2] in_flight  slots of the limit to count as taken besides its
@@ -15,4 +15,4 @@
 
 --- @include "includes/wake_oldest"
 
-return wake_oldest(KEYS[8], KEYS[9], ARGV[1], tonumber(ARGV[2]), ARGV[3])
+return wake_oldest(KEYS[8], KEYS[9], KEYS[10], ARGV[1], tonumber(ARGV[2]), ARGV[3])

@@ -5,22 +5,24 @@
 --- @include "includes/now"
 --- @include "includes/purge_expired_holders"
 
--- Take the oldest name noted in `blocked` (limit_block.lua) but
--- `passed_over` out of the set, if its head would be admitted by this
--- listed limit now, counting `in_flight` slots as taken besides its
--- holders.  A name noted with holds 1 is noted again at once, behind the
--- others, marked so (both keys then live `ttl_ms` more): its caller promotes one of
--- its tasks and holds the rest for the limit again, so the next release
--- that reaches it promotes one more.  Returns {name, asks, holds, room}
--- (asks and holds as noted; room 1 if no other name is noted and the limit
--- would admit that head once more after this wake-up) or {}: none when the set is empty, when a
--- blocking waiter is queued on the limit (it is handed the slot, and a
--- newcomer may not pass it: acquire.lua), or when the oldest head is not
--- admissible by its own limit beside the current holders (THE INVARIANT),
--- so that a woken head is admitted when it tries unless another run takes
--- the slot first; FIFO: the oldest waits for a slot its limit admits, the
--- others behind it.
-local function wake_oldest(blocked, limits, passed_over, in_flight, ttl_ms)
+-- Take the first name noted in `blocked` (limit_block.lua; in the order of
+-- includes/place_in_blocked.lua: names new to this round first, then by
+-- the time of their note) but `passed_over` out of the set, if its head
+-- would be admitted by this listed limit now, counting `in_flight` slots
+-- as taken besides its holders, and record its turn in `turns`.  A name
+-- noted with holds 1 is noted again at once, at the back, marked so (the
+-- keys then live `ttl_ms` more): its caller promotes one of its tasks and
+-- holds the rest for the limit again, so the next release that reaches it
+-- promotes one more.  Returns {name, asks, holds, room} (asks and holds as
+-- noted; room 1 if no other name is noted and the limit would admit that
+-- head once more after this wake-up) or {}: none when the set is empty,
+-- when a blocking waiter is queued on the limit (it is handed the slot,
+-- and a newcomer may not pass it: acquire.lua), or when the first head is
+-- not admissible by its own limit beside the current holders (THE
+-- INVARIANT), so that a woken head is admitted when it tries unless
+-- another run takes the slot first; in order: the first waits for a slot
+-- its limit admits, the others behind it.
+local function wake_oldest(blocked, limits, turns, passed_over, in_flight, ttl_ms)
   local first_two = redis.call('ZRANGE', blocked, 0, 1)
   local oldest = first_two[1]
   if oldest == passed_over then oldest = first_two[2] end
@@ -44,6 +46,9 @@ local function wake_oldest(blocked, limits, passed_over, in_flight, ttl_ms)
   else
     redis.call('ZREM', blocked, oldest)
     redis.call('HDEL', limits, oldest)
+    -- Its turn, for where it goes if noted again (includes/place_in_blocked.lua).
+    redis.call('ZADD', turns, NOW_MS, oldest)
+    redis.call('PEXPIRE', turns, ttl_ms)
   end
   -- Room for one more only while no other name waits: one in flight to
   -- each of them (promoted, not holding yet) is not counted here.
