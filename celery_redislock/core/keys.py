@@ -14,7 +14,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
                                 listed limit (limit_block.lua, limit_wake.lua)
     <prefix>:{<name>}:blocked:limits  HASH  the limit each of them asks of it
     <prefix>:{<name>}:blocked:turns  ZSET  names that had a turn of this listed limit
-                                in the current round and are not noted -> when
+                                and left the blocked set -> when (includes/record_turn.lua)
     <prefix>:{<name>}:enqueued:<task name>  STR  lock_dedupe marker of one task (dedupe_claim.lua)
     <prefix>:{<name>}:throttle:<task name>  STR  the window of lock_throttle without
                                 trailing, of one task (dedupe_claim.lua)
@@ -144,8 +144,8 @@ class LeaseKeys:
 
     @cached_property
     def blocked_turns(self) -> str:
-        """Names that had a turn of this name as a listed limit in the current
-        round and are not in :attr:`blocked` -> when (limit_block.lua)."""
+        """Names that had a turn of this name as a listed limit and left
+        :attr:`blocked` -> when (includes/record_turn.lua)."""
         return f"{self.base}:blocked:turns"
 
     def blocked_keys(self) -> list[str]:

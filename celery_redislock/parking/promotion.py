@@ -280,7 +280,7 @@ def discarded_by_worker(
 def wake_waiting_for(
     app: Any, limit: str, passed_over: str = "", woken: Sequence[Any] | None = None
 ) -> int:
-    """After a slot of ``limit`` came back (or might have): wake the oldest
+    """After a slot of ``limit`` came back (or might have): wake the first
     name whose parked head waits for it as a listed limit, other than
     ``passed_over`` (``limit_wake.lua`` takes it out of the limit's blocked
     set only while its head would be admitted by its own limit) and promote
@@ -328,7 +328,7 @@ def wake_waiting_for(
 
 def listed_releaser(lease_set: LeaseSet, woken: list[Any]) -> Callable[[str], bool]:
     """The release of a run's lease of a listed limit (for
-    ``LeaseSet.release_through``): the slot is given back and the oldest name
+    ``LeaseSet.release_through``): the slot is given back and the first name
     waiting for the limit is woken in one call (``limit_release.lua``); its
     reply is left in ``woken`` for :func:`wake_waiting_for` (empty: nobody)."""
 
@@ -360,7 +360,7 @@ def _promote_woken(app: Any, name: str, limit: str, noted_again: bool, last: boo
         # limit_block.lua made since (a run of the name refused) stays.
         keys = lease_keys(settings.prefix, limit)
         try:
-            LIMIT_FORGET(client, keys.blocked_keys(), [name])
+            LIMIT_FORGET(client, keys.blocked_keys(), [name, BLOCKED_MEMORY_MS])
         except RedisError as exc:  # a stale note costs a wake-up that promotes nothing
             log.warning("could not take back the note of %r on %r (%r)", name, limit, exc)
     return published
@@ -418,7 +418,7 @@ def note_blocked(
     it; returns whether it was noted (False: the caller wakes it).  The
     check and the note are one script call, so a release of the limit
     either comes before it (and the check sees the slot) or after it (and
-    wakes the oldest noted name it has room for).  ``in_flight``: slots of
+    wakes the first noted name it has room for).  ``in_flight``: slots of
     the limit to count as taken besides its holders (tasks just promoted
     for it, on their way to take them).  ``holds``: when woken, the name's
     other parked tasks stay held for the limit (its name is the same for

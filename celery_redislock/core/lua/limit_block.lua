@@ -6,14 +6,17 @@
 -- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
 -- and KEYS[8] blocked, and KEYS[9] limits, and KEYS[10] turns:
 --   blocked  ZSET  <prefix>:{<limit name>}:blocked: name whose head waits ->
---                  Redis time (ms) it was first noted
+--                  its place (includes/place_in_blocked.lua: Redis time in
+--                  us of its note, less 10^16 for a name new to the round)
 --   limits   HASH  <prefix>:{<limit name>}:blocked:limits: name -> "<asks>
 --                  <holds>": the limit its head asks of this limit, as
 --                  passed (limit_of(): an override applies), and ARGV[5]
---                  (" w" after them: noted again by a wake-up, wake_oldest());
+--                  (" w" after them: noted again by a wake-up, wake_first());
 --   turns    ZSET  <prefix>:{<limit name>}:blocked:turns: name that had a
---                  turn of this limit in the current round and is not
---                  noted -> when (includes/place_in_blocked.lua);
+--                  turn of this limit and left the set -> when (us), written
+--                  by wake_first() and limit_forget.lua
+--                  (includes/record_turn.lua), read and pruned here
+--                  (includes/place_in_blocked.lua);
 --                  the three keys live ARGV[3] ms after the last note
 -- ARGV[1] the name whose head waits
 -- ARGV[2] its limit of this listed limit

@@ -1,5 +1,5 @@
 -- limit_release.lua: a run gives its slot of a listed limit back (as
--- release.lua), and the oldest name whose parked head waits for the limit
+-- release.lua), and the first name whose parked head waits for the limit
 -- is woken (as limit_wake.lua), in one call: the end of a run costs one
 -- round trip per listed limit.
 -- KEYS: the seven keys of includes/lease_set_keys.lua (the listed limit's),
@@ -13,11 +13,11 @@
 
 --- @include "includes/lease_set_keys"
 --- @include "includes/release_owner"
---- @include "includes/wake_oldest"
+--- @include "includes/wake_first"
 
 HELD = KEYS[11]
 
 local held = release_owner(ARGV[1], tonumber(ARGV[2]))
-local reply = wake_oldest(KEYS[8], KEYS[9], KEYS[10], '', 0, ARGV[3])
+local reply = wake_first(KEYS[8], KEYS[9], KEYS[10], '', 0, ARGV[3])
 table.insert(reply, 1, held)
 return reply

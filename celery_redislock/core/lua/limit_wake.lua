@@ -1,5 +1,5 @@
--- limit_wake.lua: wake the oldest name whose parked head waits for this
--- listed limit (see wake_oldest() in includes/wake_oldest.lua), for the
+-- limit_wake.lua: wake the first name whose parked head waits for this
+-- listed limit (see wake_first() in includes/wake_first.lua), for the
 -- caller to promote one of its tasks (park_unhold.lua); after a slot of
 -- the limit came back by other means than limit_release.lua (a refused
 -- run's give-back, a dead child's clean-up, the dead-holder path), or when
@@ -11,8 +11,8 @@
 -- ARGV[2] in_flight  slots of the limit to count as taken besides its
 --                    holders (tasks the caller promoted for it already)
 -- ARGV[3] ttl_ms     as limit_block.lua's ARGV[3], for a name noted again
--- Returns wake_oldest()'s reply: {name, asks, holds, room} or {}.
+-- Returns wake_first()'s reply: {name, asks, holds, room} or {}.
 
---- @include "includes/wake_oldest"
+--- @include "includes/wake_first"
 
-return wake_oldest(KEYS[8], KEYS[9], KEYS[10], ARGV[1], tonumber(ARGV[2]), ARGV[3])
+return wake_first(KEYS[8], KEYS[9], KEYS[10], ARGV[1], tonumber(ARGV[2]), ARGV[3])
