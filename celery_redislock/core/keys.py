@@ -28,6 +28,8 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
     <prefix>:{park:index}:total STR   tasks parked over all names
     <prefix>:{park:index}:wake  channel: a name's time became the earliest
+    <prefix>:{park:index}:limits  SET  listed limits whose waiting keys the sweepers
+                                wake (an override changed: limit_changed.lua)
     <prefix>:{held:index}       ZSET  names that may have a live lease -> its latest
                                 expiry (single server; the exporter's slot gauges)
     <prefix>:park-revoked:<task id>  STR  revoke record of a parked task
@@ -49,6 +51,7 @@ __all__ = [
     "ParkKeys",
     "RateKeys",
     "held_index",
+    "limits_to_wake",
     "park_index",
     "park_total",
     "park_wake_channel",
@@ -310,6 +313,12 @@ def park_wake_channel(prefix: str) -> str:
     """The channel a park script publishes on when a name's time becomes the
     index's earliest (sweepers listen, so they can sleep until then)."""
     return f"{park_index(prefix)}:wake"
+
+
+def limits_to_wake(prefix: str) -> str:
+    """The listed limits whose waiting keys the sweepers wake at their next
+    pass (a run-time override of the name changed: limit_changed.lua)."""
+    return f"{park_index(prefix)}:limits"
 
 
 def park_total(prefix: str) -> str:

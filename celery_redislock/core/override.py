@@ -42,10 +42,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import DEFAULT_PREFIX, LeaseKeys, validate_name, validate_prefix
+from .keys import (
+    DEFAULT_PREFIX,
+    LeaseKeys,
+    limits_to_wake,
+    park_index,
+    validate_name,
+    validate_prefix,
+)
 from .park import wake
 from .rate import Rate, check_burst, parse_rate
-from .scripts import OVERRIDE, text
+from .scripts import LIMIT_CHANGED, OVERRIDE, text
 
 __all__ = ["Override", "Overrides", "overridden_names"]
 
@@ -125,6 +132,10 @@ class Overrides:
         reply = OVERRIDE(self.client, [self.keys.override, self.keys.info], args)
         # Parked work's due times were computed with the old values.
         wake(self.client, self.prefix, self.name)
+        # Keys waiting for the name as a listed limit: a raised limit has
+        # room for them now (the sweepers wake them: wake_changed_limits).
+        index = park_index(self.prefix)
+        LIMIT_CHANGED(self.client, [index, limits_to_wake(self.prefix)], [self.name])
         pairs = list(reply)
         return _parse({pairs[i]: pairs[i + 1] for i in range(0, len(pairs), 2)})
 

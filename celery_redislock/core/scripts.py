@@ -35,6 +35,7 @@ __all__ = [
     "FENCED_WRITE",
     "INSPECT",
     "LIMIT_BLOCK",
+    "LIMIT_CHANGED",
     "LIMIT_FORGET",
     "LIMIT_RELEASE",
     "LIMIT_WAKE",
@@ -158,6 +159,7 @@ PARK_PROMOTE = _script("park_promote.lua")
 PARK_UNHOLD = _script("park_unhold.lua")
 PARK_HOLD = _script("park_hold.lua")
 LIMIT_BLOCK = _script("limit_block.lua")
+LIMIT_CHANGED = _script("limit_changed.lua")
 LIMIT_WAKE = _script("limit_wake.lua")
 LIMIT_FORGET = _script("limit_forget.lua")
 LIMIT_RELEASE = _script("limit_release.lua")

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from .. import events, signals
 from ..core import liveness
 from ..core.capacity import Capacity
-from ..core.keys import lease_keys
+from ..core.keys import lease_keys, limits_to_wake
 from ..core.leaseset import LeaseSet
 from ..core.park import WAIT_LEASE_MS, Parking, Promotion, PromotionKind
 from ..core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_RELEASE, LIMIT_WAKE, text
@@ -278,7 +278,11 @@ def discarded_by_worker(
 
 
 def wake_waiting_for(
-    app: Any, limit: str, passed_over: str = "", woken: Sequence[Any] | None = None
+    app: Any,
+    limit: str,
+    passed_over: str = "",
+    woken: Sequence[Any] | None = None,
+    taken: int = 0,
 ) -> int:
     """After a slot of ``limit`` came back (or might have): wake the first
     name whose parked head waits for it as a listed limit, other than
@@ -299,10 +303,13 @@ def wake_waiting_for(
     made, and only that one (``limit_forget.lua``): a note another process
     made since (a run of the name refused) stays.
 
+    ``taken``: slots of the limit to count as taken besides its holders
+    (tasks an earlier call published, on their way to take them).
+
     Never raises: an error is logged and the tasks published before it are
     counted, and the holds of the names still waiting end by themselves
     (:data:`LISTED_RETRY`), so whatever release called it goes on."""
-    in_flight = 0
+    in_flight = taken
     try:
         client, settings = client_for(app)
         keys = lease_keys(settings.prefix, limit)
@@ -323,7 +330,30 @@ def wake_waiting_for(
                 break
     except Exception as exc:
         log.warning("could not wake the names waiting for %r (%r)", limit, exc)
-    return in_flight
+    return in_flight - taken
+
+
+def wake_changed_limits(app: Any, client: Any, prefix: str) -> int:
+    """The sweeper's part of a run-time override of a name that keys wait for
+    as a listed limit (``limit_changed.lua`` noted the name): wake the keys
+    waiting for each such limit while it has room for them, the tasks
+    published counting as taking their slots, so a raised limit fills its
+    new slots at once.  Returns the number of tasks published."""
+    published = 0
+    for raw in client.spop(limits_to_wake(prefix), 100) or []:
+        limit, woke = text(raw), 0
+        for _ in range(_MOST_WOKEN_PER_CHANGE):
+            sent = wake_waiting_for(app, limit, taken=woke)
+            if not sent:
+                break
+            woke += sent
+        published += woke
+    return published
+
+
+#: at most this many wake-ups per changed limit in one sweep (a limit raised
+#: by more leaves the rest to its releases and the holds' end)
+_MOST_WOKEN_PER_CHANGE = 1000
 
 
 def listed_releaser(lease_set: LeaseSet, woken: list[Any]) -> Callable[[str], bool]:

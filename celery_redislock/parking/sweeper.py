@@ -29,7 +29,7 @@ from ..core.keys import park_wake_channel
 from ..core.park import due_names
 from ..run.request import WATCHER
 from ..settings import broker_url, client_for
-from .promotion import promote, release_dead_holders
+from .promotion import promote, release_dead_holders, wake_changed_limits
 
 __all__ = ["Sweeper", "start_sweeper", "stop_sweepers"]
 
@@ -67,8 +67,8 @@ class Sweeper:
         if now - self._last_dead_check >= self.interval:
             self._last_dead_check = now
             release_dead_holders(self.app, WATCHER.children)
+        published = wake_changed_limits(self.app, client, settings.prefix)
         names, next_in = due_names(client, settings.prefix)
-        published = 0
         for name in names:
             published += promote(self.app, name, None, client, settings.prefix)
         if names:  # their promotions re-scored them: ask again for the earliest

@@ -1339,6 +1339,41 @@ def test_an_account_new_to_the_round_goes_before_one_that_had_its_turn(
     assert scene.starts() == [("j", 0), ("k", 0), ("j", 1), ("l", 0), ("k", 1)]
 
 
+def test_a_raised_override_of_a_listed_limit_fills_its_new_slot_at_once(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Shared limit 1, held by a0 (gated); b0 waits for it (noted, its park
+    held; the fallback hold is 120 s here).  ``celery redislock limit set
+    shared --limit 2``: docs/rate.md ("a **raised** limit fills its new
+    slots at once") and docs/limits-and-eager.md ("A run-time override of
+    the name ... applies to it like to any name") promise b0 starts now,
+    beside a0: the override notes the name for the sweepers
+    (``limit_changed.lua``), which wake the keys waiting for it
+    (``wake_changed_limits``).  Without that, b0 stayed held until a
+    release of the limit or its hold's end."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    scene.worker()
+    a0 = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    b0 = scene.call("b", 0, gate=True)
+    scene.wait_noted("b")
+    assert scene.status("b").waits_for == SHARED
+    try:
+        cli(scene.app, "limit", "set", SHARED, "--limit", "2")
+        wait_for(
+            lambda: ("b", 0) in scene.starts(),
+            20,
+            message="b0 started in the slot the raised limit added (a0 still running)",
+        )
+        assert len(scene.holders(SHARED)) == 2
+    finally:
+        scene.open("a", 0)
+        scene.open("b", 0)
+    assert a0.get(timeout=60) == 0
+    assert b0.get(timeout=150) == 0
+    assert most_at_once(scene.events()) <= 2
+
+
 def test_a_child_killed_while_holding_wakes_the_key_waiting_for_its_limit(
     start: Any, redis_url: str, redis_client: redis.Redis
 ) -> None:
