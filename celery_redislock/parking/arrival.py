@@ -240,7 +240,13 @@ def wait_for_a_limit(ctx: Context) -> StillPending:
 
 
 def make_way(
-    task: Any, request_id: str, own: LeaseSet, limit: str, asks: int, in_flight: int
+    task: Any,
+    request_id: str,
+    own: LeaseSet,
+    limit: str,
+    asks: int,
+    in_flight: int,
+    handed_at: int,
 ) -> None:
     """A run of ``own``'s name that held the listed limit ``limit`` ended, its
     slot of the limit went to a name that waited for it, and its own release
@@ -250,10 +256,13 @@ def make_way(
     names waiting (:func:`note_waiting`, which wakes it at once if the limit
     has room for it and nobody is noted before it, so no wake-up is lost;
     the ``in_flight`` tasks published for the names just woken count as
-    taking their slots).  Never raises: a failure leaves the hold to end by
+    taking their slots), just before the names noted at or after
+    ``handed_at`` (the Redis time of the release that handed the slot on,
+    when the name it woke was noted again: its next turn comes after this
+    one's).  Never raises: a failure leaves the hold to end by
     itself."""
     try:
-        note_waiting(task, request_id, own, limit, asks, in_flight, had_turn=True)
+        note_waiting(task, request_id, own, limit, asks, in_flight, turn=handed_at)
     except Exception as exc:
         log.warning("%s[%s]: could not make way on %r (%r)", task.name, request_id, limit, exc)
 
@@ -265,7 +274,7 @@ def note_waiting(
     limit: str,
     asks: int,
     in_flight: int = 0,
-    had_turn: bool = False,
+    turn: int = 0,
 ) -> None:
     """After :func:`wait_for_a_limit` parked the task and gave its own slot
     back: note the name in the limit's blocked set with the limit its head
@@ -279,15 +288,13 @@ def note_waiting(
     that dies before the note, or a Redis error here, leaves the task
     parked: its hold ends by itself.  ``in_flight``: slots of the limit to
     count as taken besides its holders (a name just woken for the slot a run
-    gave back, on its way to take it).  ``had_turn``: a run of the name just
-    had its turn of the limit (it makes way): noted at the back, not with
-    the names new to the round."""
+    gave back, on its way to take it).  ``turn``: when a run of the name
+    handed its slot on (it makes way; Redis time, us): noted then, not with
+    the names new to the round (``note_blocked``)."""
     try:
         holds = limit in type(task)._redislock_listed_fixed
         client, prefix = lease_set.client, lease_set.keys.prefix
-        noted = note_blocked(
-            client, prefix, lease_set.name, limit, asks, in_flight, holds, had_turn
-        )
+        noted = note_blocked(client, prefix, lease_set.name, limit, asks, in_flight, holds, turn)
         if not noted:
             wake_name(task.app, lease_set.name, limit, asks if holds else None, in_flight)
     except (RedisError, RedisClusterException) as exc:

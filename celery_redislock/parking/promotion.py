@@ -356,11 +356,15 @@ def wake_changed_limits(app: Any, client: Any, prefix: str) -> int:
 _MOST_WOKEN_PER_CHANGE = 1000
 
 
-def listed_releaser(lease_set: LeaseSet, woken: list[Any]) -> Callable[[str], bool]:
+def listed_releaser(
+    lease_set: LeaseSet, woken: list[Any], handed_at: list[int] | None = None
+) -> Callable[[str], bool]:
     """The release of a run's lease of a listed limit (for
     ``LeaseSet.release_through``): the slot is given back and the first name
     waiting for the limit is woken in one call (``limit_release.lua``); its
-    reply is left in ``woken`` for :func:`wake_waiting_for` (empty: nobody)."""
+    reply is left in ``woken`` for :func:`wake_waiting_for` (empty: nobody),
+    and the Redis time of the release (us) in ``handed_at``: when a woken
+    name was noted again (a run that makes way is noted just before it)."""
 
     def release(owner: str) -> bool:
         keys = lease_set.keys
@@ -369,7 +373,9 @@ def listed_releaser(lease_set: LeaseSet, woken: list[Any]) -> Callable[[str], bo
             [*keys.lease_keys(), *keys.blocked_keys(), *keys.script_keys()[7:]],
             [owner, WAIT_LEASE_MS, BLOCKED_MEMORY_MS],
         )
-        woken[:] = reply[1:]
+        woken[:] = reply[2:]
+        if handed_at is not None:
+            handed_at[:] = [int(reply[1])]
         return bool(int(reply[0]))
 
     return release
@@ -426,7 +432,7 @@ def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_fligh
         # A failed publish stays reserved (re-published after its deadline): it counts.
         in_flight += max(sent, 1)
         if note_blocked(
-            client, settings.prefix, name, limit, asks, in_flight, holds=True, had_turn=True
+            client, settings.prefix, name, limit, asks, in_flight, holds=True, turn=WOKEN_NOW
         ):
             break
     return published > 0
@@ -440,7 +446,7 @@ def note_blocked(
     asks: int,
     in_flight: int = 0,
     holds: bool = False,
-    had_turn: bool = False,
+    turn: int = 0,
 ) -> bool:
     """Note ``name`` in the listed limit ``limit``'s blocked set with the
     limit its head asks of it (``asks``; ``limit_block.lua``), unless the
@@ -454,18 +460,21 @@ def note_blocked(
     other parked tasks stay held for the limit (its name is the same for
     every call of the name's task).  Names are served in rounds: a name
     that has not had a turn of the limit in the current round is noted
-    before every name that had one; ``had_turn`` (it just had one: a run of
-    it made way, or it was woken and promoted) notes it at the back
+    before every name that had one; ``turn`` (:data:`WOKEN_NOW`: it was
+    just woken and promoted; a Redis time in us: a run of it handed its
+    slot on then, it makes way) notes it at the back
     (``includes/place_in_blocked.lua``)."""
     keys = lease_keys(prefix, limit)
     noted = LIMIT_BLOCK(
         client,
         [*keys.lease_keys(), *keys.blocked_keys()],
-        [name, asks, BLOCKED_MEMORY_MS, in_flight, int(holds), int(had_turn)],
+        [name, asks, BLOCKED_MEMORY_MS, in_flight, int(holds), turn],
     )
     return bool(int(noted))
 
 
+#: ``note_blocked``'s ``turn`` of a name just woken and promoted
+WOKEN_NOW = -1
 #: how long a name's parked work is held for a listed limit when nothing
 #: lifts the hold first: after a full limit sent its head back (a release of
 #: the limit wakes it; a holder that died where no process sees it frees by

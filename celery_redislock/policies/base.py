@@ -57,7 +57,8 @@ class Context:
         when the worker's main process releases for a dead child.  ``woke``:
         the run's listed limits (``limits=``) whose slot, given back first,
         went to a name that waited for it, each with the number of tasks
-        published for the names woken (on their way to take their slots).
+        published for the names woken (on their way to take their slots)
+        and the Redis time of the hand-off (us; ``limit_release.lua``).
         ``call`` is empty, ``send`` and ``wait_timeout`` None.
     """
 
@@ -81,7 +82,7 @@ class Context:
     refused_limit: int | None = None
     #: release phase: the listed limits whose slot went to a name that
     #: waited, each with the number of tasks published for the names woken
-    woke: Sequence[tuple[LeaseSet, int]] = ()
+    woke: Sequence[tuple[LeaseSet, int, int]] = ()
 
     @property
     def kind(self) -> str:

@@ -80,10 +80,17 @@ class Park(Policy):
         its next task would only be sent back by that limit.  A templated
         limit (``"region:{region}"``) is left out: the next task may not need it."""
         task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
-        for held, published in ctx.woke:
+        for held, published, handed_at in ctx.woke:
             if held.name in task._redislock_listed_fixed:  # the next run needs it too
                 note_behind = partial(
-                    make_way, task, ctx.task_id, lease_set, held.name, held.limit, published
+                    make_way,
+                    task,
+                    ctx.task_id,
+                    lease_set,
+                    held.name,
+                    held.limit,
+                    published,
+                    handed_at,
                 )
                 return releaser(task, lease_set, limit, held.name, note_behind)
         return releaser(task, lease_set, limit)

@@ -118,24 +118,30 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
     run's listed limits (``limits=``), each with its own ``lock_released``
     (before the own one: a run of the same key that takes the freed own
     slot finds them free too)."""
-    # listed limits whose slot went to a name that waited, with the tasks published
-    woke: list[tuple[LeaseSet, int]] = []
+    # listed limits whose slot went to a name that waited, with the tasks
+    # published and the Redis time of the hand-off
+    woke: list[tuple[LeaseSet, int, int]] = []
     try:
         for held in getattr(request, "redislock_listed", None) or ():
             if held.token is not None:
                 woken: list[Any] = []
-                releaser = listed_releaser(held, woken)
+                handed_at: list[int] = []
+                releaser = listed_releaser(held, woken, handed_at)
                 release_run(task, request.id, held, reason, releaser, kind="semaphore")
                 published = wake_waiting_for(task.app, held.name, woken=woken) if woken else 0
                 if published:
-                    woke.append((held, published))
+                    woke.append((held, published, handed_at[0] if handed_at else 0))
     finally:
         if lease_set.token is not None:  # else released already (by retry())
             _release_own(task, request, lease_set, reason, woke)
 
 
 def _release_own(
-    task: Any, request: Any, lease_set: LeaseSet, reason: str, woke: list[tuple[LeaseSet, int]]
+    task: Any,
+    request: Any,
+    lease_set: LeaseSet,
+    reason: str,
+    woke: list[tuple[LeaseSet, int, int]],
 ) -> None:
     try:
         limit = task.redislock_limit(request.args, request.kwargs)

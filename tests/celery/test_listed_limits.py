@@ -28,6 +28,7 @@ from celery_redislock import (
     Limit,
     LockContended,
     LockedTask,
+    Overrides,
     RedisLock,
     SemaphoreTask,
 )
@@ -1372,6 +1373,69 @@ def test_a_raised_override_of_a_listed_limit_fills_its_new_slot_at_once(
     assert a0.get(timeout=60) == 0
     assert b0.get(timeout=150) == 0
     assert most_at_once(scene.events()) <= 2
+
+
+def blocked_keys_without_ttl(client: redis.Redis, prefix: str, limit: str = SHARED) -> list[str]:
+    """The blocked set of ``limit``, its limits and its turns that exist
+    without a TTL (each must live ``BLOCKED_MEMORY_MS`` after its last write)."""
+    base = f"{prefix}:{{{limit}}}:blocked"
+    return [key for key in (base, f"{base}:limits", f"{base}:turns") if client.pttl(key) == -1]
+
+
+@pytest.mark.parametrize("j1_sent", ["parked before k0 ends", "after j0 started"])
+def test_the_key_that_made_way_is_served_before_the_key_it_gave_its_slot_to_goes_again(
+    start: Any, redis_url: str, redis_client: redis.Redis, j1_sent: str
+) -> None:
+    """Shared limit 1.  k0 holds it (k's own key overridden to 1, so k's
+    next task k1 waits on k's own key, not on the shared limit); j0 waits
+    for the shared limit.  k0 ends: its slot goes to j (j0 starts) and k
+    makes way, noted behind the waiting keys.  j's next task j1 was parked
+    behind j0 already, or is sent after j0 started (j's own key has room:
+    it is refused by the shared limit and noted).
+
+    docs/park.md, "Taking turns": "So the limit passes from key to key in
+    turn"; "Rounds": "no key has two turns in a round while another waits: a
+    key that sends a task, is served, and sends another goes to the back".
+    So when j0 ends, the slot goes to k (waiting since it made way), not
+    to j a second time: k0, j0, k1, j1.  k is noted just before the names
+    noted at or after the hand-off (``limit_release.lua`` replies its time),
+    so before j, which that release noted again, or whose turn was
+    recorded when its note was taken back.  Both variants got k0, j0, j1,
+    k1 when k was noted at the time of its own note, and the record of
+    j's turn was dropped while the set was empty."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    Overrides(redis_client, "acct:k", prefix=scene.prefix).set(limit=1)
+    scene.worker()
+    results = [scene.call("k", 0, gate=True)]
+    scene.wait_started(("k", 0))
+    results.append(scene.call("j", 0, gate=True))
+    scene.wait_noted("j")
+    if j1_sent == "parked before k0 ends":
+        results.append(scene.call("j", 1, duration=0.1))
+        scene.wait_parked("j", 2)  # behind its held head j0
+    results.append(scene.call("k", 1, duration=0.1))
+    scene.wait_parked("k", 1)  # on k's own key (limit 1), not noted for the shared limit
+    assert blocked(redis_client, scene.prefix) == ["acct:j"]
+    scene.open("k", 0)
+    scene.wait_started(("j", 0))
+    if j1_sent == "after j0 started":
+        scene.wait_noted("k")  # k made way; j's note was taken back (nothing left parked)
+        results.append(scene.call("j", 1, duration=0.1))
+    wait_for(
+        lambda: sorted(blocked(redis_client, scene.prefix)) == ["acct:j", "acct:k"],
+        60,
+        message="j (its next task) and k (made way) noted",
+    )
+    order_noted = blocked(redis_client, scene.prefix)
+    scene.open("j", 0)
+    for result in results:
+        assert result.get(timeout=60) in (0, 1)
+    scene.wait_nothing_held(SHARED, "acct:j", "acct:k")
+    assert blocked_keys_without_ttl(redis_client, scene.prefix) == []
+    assert most_at_once(scene.events()) == 1
+    assert scene.starts() == [("k", 0), ("j", 0), ("k", 1), ("j", 1)], (
+        f"blocked set when j0 ended: {order_noted}"
+    )
 
 
 def test_a_child_killed_while_holding_wakes_the_key_waiting_for_its_limit(

@@ -439,7 +439,9 @@ def test_a_limit_serves_names_new_to_the_round_before_names_that_had_their_turn(
     before every name noted after a turn (a light account is not served
     behind a round of heavy ones); a name that had its turn in this round
     goes to the back when noted again, whether it was taken out of the set
-    by its wake-up or by ``limit_forget.lua``, or noted with ``had_turn``;
+    by its wake-up or by ``limit_forget.lua``, or noted just after a turn
+    (``turn`` -1); a name that made way (``turn``: the time it handed its
+    slot on) goes just before the names noted since;
     once every name noted after a turn had its turn since, it is new again."""
     from celery_redislock.core.keys import LeaseKeys
     from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_WAKE
@@ -448,8 +450,8 @@ def test_a_limit_serves_names_new_to_the_round_before_names_that_had_their_turn(
     keys = LeaseKeys(prefix, limit)
     script_keys = [*keys.lease_keys(), *keys.blocked_keys()]
 
-    def note(name: str, holds: int = 1, had_turn: int = 0) -> None:  # 1 of 1 in flight: noted
-        assert LIMIT_BLOCK(redis_client, script_keys, [name, 1, 60_000, 1, holds, had_turn]) == 1
+    def note(name: str, holds: int = 1, turn: int = 0) -> None:  # 1 of 1 in flight: noted
+        assert LIMIT_BLOCK(redis_client, script_keys, [name, 1, 60_000, 1, holds, turn]) == 1
 
     def wake() -> str:
         woken = LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000])
@@ -472,14 +474,17 @@ def test_a_limit_serves_names_new_to_the_round_before_names_that_had_their_turn(
     note("one-off", holds=0)
     note("light")
     assert order() == ["heavy:1", "heavy:2", "one-off", "light"]
-    note("made-way", had_turn=1)
+    note("made-way", turn=-1)
     assert order()[-1] == "made-way"
     assert [wake() for _ in range(5)] == ["heavy:1", "heavy:2", "one-off", "light", "made-way"]
     assert LIMIT_FORGET(redis_client, keys.blocked_keys(), ["light", 60_000]) == 1
     for _ in range(3):  # heavy:1, heavy:2 and made-way have their turns after light's
         assert wake() != "light"
     note("light")  # every name noted after a turn had its turn since light's: new again
-    assert order()[0] == "light"
+    assert order() == ["light", "heavy:1", "heavy:2", "made-way"]
+    # made way when its slot went to heavy:2 (noted again then): just before it
+    note("handed-on", turn=int(redis_client.zscore(keys.blocked, "heavy:2") or 0))
+    assert order() == ["light", "heavy:1", "handed-on", "heavy:2", "made-way"]
 
 
 def test_rounds_hold_for_names_that_leave_the_set_when_woken(
@@ -488,7 +493,7 @@ def test_rounds_hold_for_names_that_leave_the_set_when_woken(
     """The same rounds for a templated limit, whose woken names leave the set
     (holds 0): a name woken and refused again goes behind a name that
     arrives after it but had no turn; once nobody waits, every name is new
-    again (the records go)."""
+    again (the records go at the next note)."""
     from celery_redislock.core.keys import LeaseKeys
     from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_WAKE
 
@@ -512,10 +517,10 @@ def test_rounds_hold_for_names_that_leave_the_set_when_woken(
     note("late")
     assert order() == ["b", "late", "a"]
     assert [wake() for _ in range(3)] == ["b", "late", "a"]
-    assert order() == [] and not redis_client.exists(keys.blocked_turns)
-    note("a")
+    assert order() == []
+    note("a")  # noted while nobody waits: the records go
     note("b")
-    assert order() == ["a", "b"]
+    assert order() == ["a", "b"] and not redis_client.exists(keys.blocked_turns)
 
 
 def test_a_note_is_taken_back_only_if_it_is_the_one_a_wake_up_made(

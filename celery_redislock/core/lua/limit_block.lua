@@ -27,9 +27,11 @@
 -- ARGV[5] holds      1 if the name's other parked tasks are to stay held for
 --                    this limit when it is woken (the limit's name is the
 --                    same for every call of the name's task), else 0
--- ARGV[6] had_turn   1 if the name just had a turn of this limit (a run of
---                    it made way, or it was woken and promoted): it goes to
---                    the back; else 0 (includes/place_in_blocked.lua)
+-- ARGV[6] turn       the name's turn of this limit, for its place
+--                    (includes/place_in_blocked.lua): 0 none; -1 it was
+--                    just woken and promoted; else the Redis time (us) a
+--                    run of it handed its slot on (limit_release.lua's
+--                    reply): it made way
 -- Returns 1 if noted (or noted already: it keeps its place), 0 if not
 -- noted because the limit has room for the head now.  Where it is noted:
 -- includes/place_in_blocked.lua.
@@ -50,7 +52,7 @@ if redis.call('EXISTS', QUEUE, BLOCKED) == 0 then
   if admissible(state, limit_of(asks)) then return 0 end
 end
 if not redis.call('ZSCORE', BLOCKED, name) then
-  redis.call('ZADD', BLOCKED, place_in_blocked(BLOCKED, TURNS, name, ARGV[6] == '1'), name)
+  redis.call('ZADD', BLOCKED, place_in_blocked(BLOCKED, TURNS, name, tonumber(ARGV[6])), name)
 end
 redis.call('HSET', LIMITS, name, asks .. ' ' .. ARGV[5])
 redis.call('PEXPIRE', BLOCKED, ttl_ms)

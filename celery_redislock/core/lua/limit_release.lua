@@ -8,10 +8,13 @@
 -- ARGV[1] owner
 -- ARGV[2] wake_ms    as release.lua's ARGV[2]
 -- ARGV[3] ttl_ms     as limit_wake.lua's ARGV[3]
--- Returns {held, name, asks, holds, room} or {held}: held as release.lua's
--- reply; the rest as limit_wake.lua's (nobody woken: none).
+-- Returns {held, at, name, asks, holds, room} or {held, at}: held as
+-- release.lua's reply; at the Redis time of this call (us), when a name
+-- woken here was noted again (limit_block.lua's ARGV[6] for the name of
+-- the run that made way); the rest as limit_wake.lua's (nobody woken: none).
 
 --- @include "includes/lease_set_keys"
+--- @include "includes/now"
 --- @include "includes/release_owner"
 --- @include "includes/wake_first"
 
@@ -19,5 +22,6 @@ HELD = KEYS[11]
 
 local held = release_owner(ARGV[1], tonumber(ARGV[2]))
 local reply = wake_first(KEYS[8], KEYS[9], KEYS[10], '', 0, ARGV[3])
+table.insert(reply, 1, NOW_US)
 table.insert(reply, 1, held)
 return reply

@@ -12,14 +12,20 @@
 -- sorts it before all of those.
 local NEW_NAMES_FIRST_US = 10000000000000000
 
--- The score that notes `name` (not in `blocked`) in `blocked`: at the back
--- if `had_turn` (it just had one) or if `turns` (includes/record_turn.lua)
+-- The score that notes `name` (not in `blocked`) in `blocked`.  `turn`: -1
+-- if it just had a turn (woken and promoted): at the back; a time (us) if
+-- its turn was handed on to a woken name then (a run of it made way): just
+-- before the names noted at or after that time (the name it handed its
+-- slot to was noted again at that time: its next turn comes after this
+-- one's); 0 if none: at the back if `turns` (includes/record_turn.lua)
 -- records a turn of it in the current round, that is since the first name
 -- noted after a turn was noted (that name's turn comes before its next
 -- one), else with the new names.  Drops the records of earlier rounds, and
--- all of them when nobody waits (every name is new then).
-local function place_in_blocked(blocked, turns, name, had_turn)
-  if had_turn then return NOW_US end
+-- all of them when a name with no turn is noted while nobody waits (every
+-- name is new then).
+local function place_in_blocked(blocked, turns, name, turn)
+  if turn == -1 then return NOW_US end
+  if turn > 0 then return turn - 1 end
   if redis.call('EXISTS', blocked) == 0 then
     redis.call('DEL', turns)
     return NOW_US - NEW_NAMES_FIRST_US
