@@ -28,7 +28,7 @@ set lives in one Redis Cluster slot and every script touches one slot only::
     <prefix>:{park:index}       ZSET  names with parked work (own slot)
     <prefix>:{park:index}:total STR   tasks parked over all names
     <prefix>:{park:index}:wake  channel: a name's time became the earliest
-    <prefix>:{park:index}:limits  SET  listed limits whose waiting keys the sweepers
+    <prefix>:{park:index}:limits  ZSET  listed limits whose waiting keys the sweepers
                                 wake (an override changed: limit_changed.lua)
     <prefix>:{held:index}       ZSET  names that may have a live lease -> its latest
                                 expiry (single server; the exporter's slot gauges)

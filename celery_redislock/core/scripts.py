@@ -36,6 +36,7 @@ __all__ = [
     "INSPECT",
     "LIMIT_BLOCK",
     "LIMIT_CHANGED",
+    "LIMIT_CHANGED_TAKE",
     "LIMIT_FORGET",
     "LIMIT_RELEASE",
     "LIMIT_WAKE",
@@ -160,6 +161,7 @@ PARK_UNHOLD = _script("park_unhold.lua")
 PARK_HOLD = _script("park_hold.lua")
 LIMIT_BLOCK = _script("limit_block.lua")
 LIMIT_CHANGED = _script("limit_changed.lua")
+LIMIT_CHANGED_TAKE = _script("limit_changed_take.lua")
 LIMIT_WAKE = _script("limit_wake.lua")
 LIMIT_FORGET = _script("limit_forget.lua")
 LIMIT_RELEASE = _script("limit_release.lua")

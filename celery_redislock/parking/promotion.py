@@ -24,7 +24,14 @@ from ..core.capacity import Capacity
 from ..core.keys import lease_keys, limits_to_wake
 from ..core.leaseset import LeaseSet
 from ..core.park import WAIT_LEASE_MS, Parking, Promotion, PromotionKind
-from ..core.scripts import LIMIT_BLOCK, LIMIT_FORGET, LIMIT_RELEASE, LIMIT_WAKE, text
+from ..core.scripts import (
+    LIMIT_BLOCK,
+    LIMIT_CHANGED_TAKE,
+    LIMIT_FORGET,
+    LIMIT_RELEASE,
+    LIMIT_WAKE,
+    text,
+)
 from ..enqueue import dedupe
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for, settings_for
@@ -340,7 +347,7 @@ def wake_changed_limits(app: Any, client: Any, prefix: str) -> int:
     published counting as taking their slots, so a raised limit fills its
     new slots at once.  Returns the number of tasks published."""
     published = 0
-    for raw in client.spop(limits_to_wake(prefix), 100) or []:
+    for raw in LIMIT_CHANGED_TAKE(client, [limits_to_wake(prefix)], [100]):
         limit, woke = text(raw), 0
         for _ in range(_MOST_WOKEN_PER_CHANGE):
             sent = wake_waiting_for(app, limit, taken=woke)

@@ -493,7 +493,8 @@ def test_rounds_hold_for_names_that_leave_the_set_when_woken(
     """The same rounds for a templated limit, whose woken names leave the set
     (holds 0): a name woken and refused again goes behind a name that
     arrives after it but had no turn; once nobody waits, every name is new
-    again (the records go at the next note)."""
+    again (the records go at the next note); with only new names waiting,
+    the records older than the first one's note go."""
     from celery_redislock.core.keys import LeaseKeys
     from celery_redislock.core.scripts import LIMIT_BLOCK, LIMIT_WAKE
 
@@ -521,6 +522,12 @@ def test_rounds_hold_for_names_that_leave_the_set_when_woken(
     note("a")  # noted while nobody waits: the records go
     note("b")
     assert order() == ["a", "b"] and not redis_client.exists(keys.blocked_turns)
+    assert wake() == "a"
+    note("c")
+    assert wake() == "b" and order() == ["c"]
+    note("d")  # only new names wait: turns before c's note (a's) are of an earlier round
+    assert redis_client.zrange(keys.blocked_turns, 0, -1) == [b"b"]
+    assert order() == ["c", "d"]
 
 
 def test_a_note_is_taken_back_only_if_it_is_the_one_a_wake_up_made(

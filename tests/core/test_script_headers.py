@@ -25,7 +25,7 @@ from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.fencing import FencedResource
 from celery_redislock.core.heartbeat import HEARTBEAT
 from celery_redislock.core.inspection import inspect_names
-from celery_redislock.core.keys import LeaseKeys
+from celery_redislock.core.keys import LeaseKeys, limits_to_wake
 from celery_redislock.core.park import ParkConfig, Parking, due_names, wake
 from celery_redislock.core.rate import NO_RATE
 from celery_redislock.core.replication import acknowledged_by
@@ -193,6 +193,9 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     assert overrides.set(limit=3, rate="5/s").limit == 3
     assert overrides.clear("rate").rate is None
     assert not overrides.clear()
+    changed = scripts.LIMIT_CHANGED_TAKE(redis_client, [limits_to_wake(prefix)], [100])
+    assert name.encode() in changed  # noted by each change, taken once
+    assert scripts.LIMIT_CHANGED_TAKE(redis_client, [limits_to_wake(prefix)], [100]) == []
 
     called = {script for script, _, _ in calls}
     lua_files = {p.name for p in LUA.glob("*.lua")}

@@ -20,9 +20,11 @@ local NEW_NAMES_FIRST_US = 10000000000000000
 -- one's); 0 if none: at the back if `turns` (includes/record_turn.lua)
 -- records a turn of it in the current round, that is since the first name
 -- noted after a turn was noted (that name's turn comes before its next
--- one), else with the new names.  Drops the records of earlier rounds, and
--- all of them when a name with no turn is noted while nobody waits (every
--- name is new then).
+-- one), else with the new names.  Drops the records of earlier rounds (with
+-- only new names waiting: those older than the first one's note, which
+-- every name waiting came after, so the set stays as small as the names
+-- served since), and all of them when a name with no turn is noted while
+-- nobody waits (every name is new then).
 local function place_in_blocked(blocked, turns, name, turn)
   if turn == -1 then return NOW_US end
   if turn > 0 then return turn - 1 end
@@ -31,9 +33,11 @@ local function place_in_blocked(blocked, turns, name, turn)
     return NOW_US - NEW_NAMES_FIRST_US
   end
   local first_after_turn = redis.call('ZRANGEBYSCORE', blocked, 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if first_after_turn[2] then
-    redis.call('ZREMRANGEBYSCORE', turns, '-inf', '(' .. first_after_turn[2])
+  local round_began = tonumber(first_after_turn[2])
+  if not round_began then
+    round_began = tonumber(redis.call('ZRANGE', blocked, 0, 0, 'WITHSCORES')[2]) + NEW_NAMES_FIRST_US
   end
+  redis.call('ZREMRANGEBYSCORE', turns, '-inf', string.format('(%.0f', round_began))
   if redis.call('ZSCORE', turns, name) then return NOW_US end
   return NOW_US - NEW_NAMES_FIRST_US
 end
