@@ -1076,6 +1076,16 @@ class Scene:
     def status(self, account: str) -> Any:
         return Parking(self.client, self.prefix, f"acct:{account}").status(count=1)
 
+    def holder_and_waiter(self, holder: str, waiter: str) -> tuple[Any, Any]:
+        """Start a worker; a gated run of ``holder`` (n 0) holds the shared
+        limit, and a gated call of ``waiter`` (n 0) is noted waiting for it."""
+        self.worker()
+        held = self.call(holder, 0, gate=True)
+        self.wait_started((holder, 0))
+        waiting = self.call(waiter, 0, gate=True)
+        self.wait_noted(waiter)
+        return held, waiting
+
     def open(self, account: str, n: int = 0) -> None:
         open_gate(self.own_keys, self.prefix, account, n)
 
@@ -1320,11 +1330,7 @@ def test_an_account_new_to_the_round_goes_before_one_that_had_its_turn(
     before k, not behind it (docs/park.md, "Rounds"), so l0 starts before
     k1, and the heavy accounts still alternate: j0, k0, j1, l0, k1."""
     scene = Scene(start, redis_url, redis_client, shared=1)
-    scene.worker()
-    first = scene.call("j", 0, gate=True)
-    scene.wait_started(("j", 0))
-    k0 = scene.call("k", 0, gate=True)
-    scene.wait_noted("k")
+    first, k0 = scene.holder_and_waiter("j", "k")
     rest = [scene.call("k", 1, duration=0.1)]
     scene.wait_parked("k", 2)
     rest.append(scene.call("j", 1, duration=0.1))
@@ -1353,11 +1359,7 @@ def test_a_raised_override_of_a_listed_limit_fills_its_new_slot_at_once(
     (``wake_changed_limits``).  Without that, b0 stayed held until a
     release of the limit or its hold's end."""
     scene = Scene(start, redis_url, redis_client, shared=1)
-    scene.worker()
-    a0 = scene.call("a", 0, gate=True)
-    scene.wait_started(("a", 0))
-    b0 = scene.call("b", 0, gate=True)
-    scene.wait_noted("b")
+    a0, b0 = scene.holder_and_waiter("a", "b")
     assert scene.status("b").waits_for == SHARED
     try:
         cli(scene.app, "limit", "set", SHARED, "--limit", "2")
@@ -1405,11 +1407,7 @@ def test_the_key_that_made_way_is_served_before_the_key_it_gave_its_slot_to_goes
     j's turn was dropped while the set was empty."""
     scene = Scene(start, redis_url, redis_client, shared=1)
     Overrides(redis_client, "acct:k", prefix=scene.prefix).set(limit=1)
-    scene.worker()
-    results = [scene.call("k", 0, gate=True)]
-    scene.wait_started(("k", 0))
-    results.append(scene.call("j", 0, gate=True))
-    scene.wait_noted("j")
+    results = list(scene.holder_and_waiter("k", "j"))
     if j1_sent == "parked before k0 ends":
         results.append(scene.call("j", 1, duration=0.1))
         scene.wait_parked("j", 2)  # behind its held head j0
