@@ -19,5 +19,5 @@ if not noted or string.sub(noted, -2) ~= ' w' then return 0 end
 local turn = redis.call('ZSCORE', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if turn then record_turn(KEYS[1], KEYS[3], ARGV[1], turn, tonumber(ARGV[2])) end
+if turn then record_turn(KEYS[3], ARGV[1], turn, tonumber(ARGV[2])) end
 return removed

@@ -48,7 +48,7 @@ local function wake_first(blocked, limits, turns, passed_over, in_flight, ttl_ms
   else
     redis.call('ZREM', blocked, first)
     redis.call('HDEL', limits, first)
-    record_turn(blocked, turns, first, NOW_US, ttl_ms)
+    record_turn(turns, first, NOW_US, ttl_ms)
   end
   -- Room for one more only while no other name waits: one in flight to
   -- each of them (promoted, not holding yet) is not counted here.
