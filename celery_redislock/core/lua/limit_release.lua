@@ -20,8 +20,8 @@
 
 HELD = KEYS[11]
 
-local held = release_owner(ARGV[1], tonumber(ARGV[2]))
-local reply = wake_first(KEYS[8], KEYS[9], KEYS[10], '', 0, ARGV[3])
+local held, queued = release_owner(ARGV[1], tonumber(ARGV[2]))
+local reply = wake_first(KEYS[8], KEYS[9], KEYS[10], '', 0, ARGV[3], queued)
 table.insert(reply, 1, NOW_US)
 table.insert(reply, 1, held)
 return reply

@@ -26,21 +26,28 @@
 --- @include "includes/next_due"
 --- @include "includes/now"
 --- @include "includes/park_keys"
+--- @include "includes/parked_hold"
 --- @include "includes/promote_parked"
---- @include "includes/rate_admits"
 --- @include "includes/stored_limit"
 
-local lifted = redis.call('HGET', PMETA, 'lwait') == ARGV[7]
+local meta = redis.call('HMGET', PMETA, 'lwait', 'limit')
+local lifted = meta[1] == ARGV[7]
 if lifted then redis.call('HDEL', PMETA, 'lhold', 'lwait', 'lhead') end
-local limit = stored_limit(tonumber(ARGV[2]))
+local limit = stored_limit(tonumber(ARGV[2]), meta[2])
 local out = {0, 0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
   tonumber(ARGV[6]))
 local hold_for = tonumber(ARGV[8])
-if lifted and hold_for > 0 and out[3] == 'p' and redis.call('ZCARD', PARK) > 0 then
-  redis.call('HSET', PMETA, 'lhold', NOW_MS + hold_for, 'lwait', ARGV[7])
-  hold_ms = nil  -- rate_admits() reads the holds again, for next_due()
-  out[2] = 1
+if lifted and hold_for > 0 and out[3] == 'p' then
+  parked = redis.call('ZCARD', PARK) > 0
+  if parked then
+    local hold = NOW_MS + hold_for
+    redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[7])
+    -- The promotion read the holds after the HDEL above (a promoted head
+    -- passed parked_hold()): only lhold changed since.
+    hold_until_ms = math.max(debounce_until_ms, hold)
+    out[2] = 1
+  end
 end
 out[1] = next_due(limit, state.n, parked)
 return out

@@ -16,4 +16,4 @@
 
 HELD = KEYS[8]
 
-return release_owner(ARGV[1], tonumber(ARGV[2]))
+return (release_owner(ARGV[1], tonumber(ARGV[2])))  -- its first value only

@@ -3,6 +3,7 @@
 --- @include "includes/limit_of"
 --- @include "includes/now"
 --- @include "includes/park_keys"
+--- @include "includes/parked_hold"
 --- @include "includes/rate_admits"
 --- @include "includes/read_entry"
 --- @include "includes/split"
@@ -19,10 +20,16 @@ local function next_due(raw_limit, n_holders, parked)
   if parked == nil then parked = redis.call('ZCARD', PARK) > 0 end
   if parked then
     if (n_holders or redis.call('ZCARD', HOLDERS)) < limit then
-      -- A slot is free: due now, unless the head waits for its rate or a pause.
-      local head = redis.call('ZRANGE', PARK, 0, 0)[1]
-      local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true, head)
-      if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000)) end
+      -- A slot is free: due now, unless the head waits for a hold (its
+      -- entry is not read then), its rate or a pause.
+      local held_ms = parked_hold(nil)
+      if held_ms > 0 then
+        at(NOW_MS + held_ms)
+      else
+        local head = redis.call('ZRANGE', PARK, 0, 0)[1]
+        local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true, head)
+        if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000)) end
+      end
     else
       local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
       if first[2] then at(tonumber(first[2])) else at(NOW_MS) end

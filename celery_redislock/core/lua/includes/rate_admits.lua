@@ -2,6 +2,7 @@
 --- @include "includes/lease_set_keys"
 --- @include "includes/now"
 --- @include "includes/park_keys"
+--- @include "includes/parked_hold"
 --- @include "includes/pause_left_us"
 --- @include "includes/rate_terms"
 
@@ -17,22 +18,12 @@
 -- be kept SCHEDULE_LAG_US (at most half an interval) behind (see gcra()), so
 -- a backlog keeps its rate when a promotion runs a little after its due time
 -- (a sweeper's wake-up); an arriving start has none.
-local hold_ms  -- the later of PMETA's holds, read once per script call (0: none)
-local debounce_ms, head_ms, head_id  -- PMETA hold and lhead, read with hold_ms
 local function rate_admits(e, take, parked, id)
   local by_head = false
   if parked then
-    if hold_ms == nil then
-      local holds = redis.call('HMGET', PMETA, 'hold', 'lhold', 'lhead')
-      debounce_ms = tonumber(holds[1] or '0')
-      hold_ms = math.max(debounce_ms, tonumber(holds[2] or '0'))
-      local ms, task_id = string.match(holds[3] or '', '^(%d+)|(.*)$')
-      head_ms, head_id = tonumber(ms or '0'), task_id
-    end
-    local until_ms = hold_ms
-    by_head = head_ms > 0 and head_ms < hold_ms and id == head_id
-    if by_head then until_ms = math.max(debounce_ms, head_ms) end
-    if until_ms > NOW_MS then return false, (until_ms - NOW_MS) * 1000 end
+    local held_ms
+    held_ms, by_head = parked_hold(id)
+    if held_ms > 0 then return false, held_ms * 1000 end
   end
   local admitted, wait_us = true, 0
   local interval, burst, cost = rate_terms(OVERRIDE, e.interval, e.burst, e.cost)
@@ -46,7 +37,7 @@ local function rate_admits(e, take, parked, id)
   end
   if admitted and take and by_head then
     redis.call('HDEL', PMETA, 'lhead')
-    head_ms = 0
+    lhead_ms = 0
   end
   return admitted, wait_us
 end

@@ -12,7 +12,9 @@
 -- policy's release, which then promotes parked work in the same call).  The
 -- holder keys' TTLs are fitted when a waiter was handed a slot: a removal
 -- only shortens the latest lease they must outlive, a grant may lengthen it.
--- Returns 1 if `owner` held an unexpired slot, else 0.
+-- Returns 1 if `owner` held an unexpired slot, else 0; and false if no
+-- waiter is queued on the name now (nil: not known), so that a caller
+-- that looks at the queue next need not read it again.
 local function release_owner(owner, wake_ms)
   local mine = redis.call('ZSCORE', HOLDERS, owner)
   local held = 0
@@ -24,7 +26,7 @@ local function release_owner(owner, wake_ms)
       -- nothing to hand over or tidy: drop both holder keys.
       redis.call('DEL', HOLDERS, INFO)
       unindex_held()
-      return held
+      return held, false
     end
     remove_members(HOLDERS, INFO, {owner})
     -- Other holders are left, or waiters.  A holder is never also queued
@@ -32,12 +34,12 @@ local function release_owner(owner, wake_ms)
     -- live waiter is queued), and a wake list of ours that still holds an
     -- unread hand-off expires by itself: with nobody waiting, nothing is
     -- handed over.
-    if not queued then return held end
+    if not queued then return held, false end
   else
     if redis.call('EXISTS', QUEUE, HOLDERS) == 0 then
       redis.call('DEL', INFO)  -- only LIMIT_FIELD can be left in it
       unindex_held()
-      return held
+      return held, false
     end
     if redis.call('ZSCORE', QUEUE, owner) then remove_members(QUEUE, QINFO, {owner}) end
     redis.call('DEL', WAKE .. owner)

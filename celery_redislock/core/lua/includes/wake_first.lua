@@ -15,7 +15,8 @@
 -- with holds 1 is noted again at once, at the back, marked so (the
 -- keys then live `ttl_ms` more): its caller promotes one of its tasks and
 -- holds the rest for the limit again, so the next release that reaches it
--- promotes one more.  Returns {name, asks, holds, room} (asks and holds as
+-- promotes one more.  `queued`: whether a waiter is queued on the limit,
+-- if the caller knows it (nil: read here).  Returns {name, asks, holds, room} (asks and holds as
 -- noted; room 1 if no other name is noted and the limit would admit that
 -- head once more after this wake-up) or {}: none when the set is empty,
 -- when a blocking waiter is queued on the limit (it is handed the slot,
@@ -24,12 +25,13 @@
 -- INVARIANT), so that a woken head is admitted when it tries unless
 -- another run takes the slot first; in order: the first waits for a slot
 -- its limit admits, the others behind it.
-local function wake_first(blocked, limits, turns, passed_over, in_flight, ttl_ms)
+local function wake_first(blocked, limits, turns, passed_over, in_flight, ttl_ms, queued)
   local first_two = redis.call('ZRANGE', blocked, 0, 1)
   local first = first_two[1]
   if first == passed_over then first = first_two[2] end
   if not first then return {} end
-  if redis.call('EXISTS', QUEUE) == 1 then return {} end
+  if queued == nil then queued = redis.call('EXISTS', QUEUE) == 1 end
+  if queued then return {} end
   purge_expired_holders()
   local noted = redis.call('HGET', limits, first) or '1 0'
   local raw, holds = string.match(noted, '^(%-?%d+) ?(%d?) ?w?$')
