@@ -44,8 +44,9 @@ if lifted and hold_for > 0 and out[3] == 'p' then
     local hold = NOW_MS + hold_for
     redis.call('HSET', PMETA, 'lhold', hold, 'lwait', ARGV[7])
     -- The promotion read the holds after the HDEL above (a promoted head
-    -- passed parked_hold()): only lhold changed since.
-    hold_until_ms = math.max(debounce_until_ms, hold)
+    -- passed parked_hold()): only lhold changed since.  Unread: next_due()
+    -- reads them.
+    if hold_until_ms ~= nil then hold_until_ms = math.max(debounce_until_ms, hold) end
     out[2] = 1
   end
 end

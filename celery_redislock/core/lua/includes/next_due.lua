@@ -22,11 +22,11 @@ local function next_due(raw_limit, n_holders, parked)
     if (n_holders or redis.call('ZCARD', HOLDERS)) < limit then
       -- A slot is free: due now, unless the head waits for a hold (its
       -- entry is not read then), its rate or a pause.
-      local held_ms = parked_hold(nil)
+      local held_ms, _, head = parked_hold(nil)
       if held_ms > 0 then
         at(NOW_MS + held_ms)
       else
-        local head = redis.call('ZRANGE', PARK, 0, 0)[1]
+        head = head or redis.call('ZRANGE', PARK, 0, 0)[1]
         local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true, head)
         if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000)) end
       end

@@ -9,13 +9,13 @@
 -- put back for the held limit's rate: it alone may go at its own time,
 -- before lhold ends).  A script that writes these fields after they were
 -- read sets the values below to what it wrote (hold_for_limit.lua,
--- park_unhold.lua), or nil to read them again.
+-- park_unhold.lua).
 local hold_until_ms  -- the later of hold and lhold (0: none); nil: not read yet
 local debounce_until_ms, lhead_ms, lhead_id  -- hold, and lhead's parts (0, nil: none)
 
 -- How many ms parked entry `id` still waits for a hold (0: none), and
--- whether lhead sets its time.  `id` nil: the park list's head, read only
--- when lhead may apply to it.
+-- whether lhead sets its time, and `id` (nil: the park list's head, read
+-- only when lhead may apply to it, and then returned).
 local function parked_hold(id)
   if hold_until_ms == nil then
     local holds = redis.call('HMGET', PMETA, 'hold', 'lhold', 'lhead')
@@ -30,5 +30,5 @@ local function parked_hold(id)
     by_head = id == lhead_id
     if by_head then until_ms = math.max(debounce_until_ms, lhead_ms) end
   end
-  return math.max(until_ms - NOW_MS, 0), by_head
+  return math.max(until_ms - NOW_MS, 0), by_head, id
 end

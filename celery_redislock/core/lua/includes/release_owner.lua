@@ -13,8 +13,9 @@
 -- holder keys' TTLs are fitted when a waiter was handed a slot: a removal
 -- only shortens the latest lease they must outlive, a grant may lengthen it.
 -- Returns 1 if `owner` held an unexpired slot, else 0; and false if no
--- waiter is queued on the name now (nil: not known), so that a caller
--- that looks at the queue next need not read it again.
+-- waiter is queued on the name now, nothing (nil) when waiters were
+-- queued or handed a slot, so that a caller that looks at the queue next
+-- need not read it again when it is known empty.
 local function release_owner(owner, wake_ms)
   local mine = redis.call('ZSCORE', HOLDERS, owner)
   local held = 0
