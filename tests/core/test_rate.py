@@ -11,6 +11,7 @@ import pytest
 
 from celery_redislock import Overrides, RateLimiter
 from celery_redislock.core.capacity import Capacity
+from celery_redislock.core.keys import park_index
 from celery_redislock.core.park import ParkConfig, Parking, PromotionKind, Verdict
 from celery_redislock.core.rate import NO_RATE, Rate, RateTerms, parse_rate
 from tests.waiting import wait_for
@@ -289,6 +290,43 @@ def test_a_release_that_makes_way_holds_the_parked_work_instead_of_promoting_it(
     held, promotions, held_for = other.release_making_way("o.2", one, config, "t", "L", 30)
     assert (held, promotions, held_for) == (True, [], False)
     assert other.status().waits_for == "M"
+
+
+def test_the_sweepers_due_time_is_the_end_of_the_hold_a_call_just_wrote(
+    redis_client: Any, prefix: str
+) -> None:
+    """The time the sweeper looks at a name next (its score in the park
+    index) after a call that holds its parked work for listed limit L: a
+    release that makes way, on a name whose work a debounce holds for 60 s,
+    leaves the later of the two (60 s, not L's 5 s); a wake-up that promotes
+    one task and holds the rest for L again (30 s) leaves the end of that
+    hold, not now (a slot of the name is free, and a sweep then would
+    promote into the full limit).  Both scripts keep the holds they read
+    (``includes/parked_hold.lua``) and must not leave them stale."""
+    one = Capacity.semaphore(1)
+    index = park_index(prefix)
+
+    def due_in(park: Parking) -> float:
+        score = redis_client.zscore(index, park.name)
+        assert score is not None, f"{park.name} not in the park index"
+        return float(score) / 1000 - redis_now(redis_client)
+
+    debounced = Parking(redis_client, prefix, f"acct:{uuid.uuid4().hex[:6]}")
+    config = ParkConfig(deadline=5, keep_latest=True, debounce=60)
+    assert debounced.try_hold(one, "o.1", 5, "{}", NO_RATE).verdict is Verdict.HELD
+    assert debounced.enqueue("d1", one, "{}", 0, config, "t").verdict is Verdict.PARKED
+    held, promotions, held_for = debounced.release_making_way("o.1", one, config, "t", "L", 5)
+    assert (held, promotions, held_for) == (True, [], True)
+    assert 50 < due_in(debounced) <= 60
+
+    woken = Parking(redis_client, prefix, f"acct:{uuid.uuid4().hex[:6]}")
+    three = Capacity.semaphore(3)
+    for n in range(3):
+        woken.park_at_head(f"w{n}", three, "{}", 0, 0, "t", NO_RATE, hold=30, waits_for="L")
+    # The promotion's reservation lasts 120 s: the earliest time is the hold's.
+    (promotion,), held_again = woken.unhold(ParkConfig(deadline=120), "L", 30)
+    assert held_again and promotion.task_id == "w2"
+    assert 20 < due_in(woken) <= 30
 
 
 def test_a_head_sent_back_by_another_limit_replaces_the_hold_for_the_first(
