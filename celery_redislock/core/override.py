@@ -27,8 +27,14 @@ Guaranteed:
   the library checks against a rate: tasks with a ``rate``, every task of the
   ``park`` policy (so an override can also throttle a key that had no rate)
   and :class:`~celery_redislock.RateLimiter`.  A cost above the overriding
-  burst counts as the whole burst (it could never start otherwise).  Parked
-  work follows at once: setting or clearing wakes the sweepers.
+  burst counts as the whole burst (it could never start otherwise).  It
+  applies from the next start on: the schedule the old rate booked is cut
+  to at most a full burst of the new one (a raised rate does not wait out
+  the old rate's times); clearing leaves it (the starts booked under the
+  override count against the code's rate).  Parked work
+  follows at once: setting or clearing wakes the sweepers.  Not followed: a
+  task a *listed* limit's rate sent back before the change waits out the
+  time it was given then (the key's hold; docs/limits-and-eager.md).
 * An override stays until it is cleared (no TTL).
 
 Not guaranteed: a lock Redis that loses its data loses its overrides: every
@@ -45,6 +51,7 @@ from typing import Any
 from .keys import (
     DEFAULT_PREFIX,
     LeaseKeys,
+    RateKeys,
     limits_to_wake,
     park_index,
     validate_name,
@@ -129,7 +136,9 @@ class Overrides:
         return _parse(self.client.hgetall(self.keys.override))
 
     def _change(self, args: list[Any]) -> Override:
-        reply = OVERRIDE(self.client, [self.keys.override, self.keys.info], args)
+        rate = RateKeys(self.prefix, self.name)
+        keys = [self.keys.override, self.keys.info, rate.rate, rate.started]
+        reply = OVERRIDE(self.client, keys, args)
         # Parked work's due times were computed with the old values.
         wake(self.client, self.prefix, self.name)
         # Keys waiting for the name as a listed limit: a raised limit has

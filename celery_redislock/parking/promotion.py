@@ -23,6 +23,7 @@ from ..core import liveness
 from ..core.capacity import Capacity
 from ..core.keys import lease_keys, limits_to_wake
 from ..core.leaseset import LeaseSet
+from ..core.owners import execution_tag
 from ..core.park import WAIT_LEASE_MS, Parking, Promotion, PromotionKind
 from ..core.scripts import (
     LIMIT_BLOCK,
@@ -82,8 +83,10 @@ def _publish_all(
     promotions: list[Promotion],
     capacity: Capacity | None,
     task_name: str = "",
+    sent: list[str] | None = None,
 ) -> int:
-    """Publish ``promotions``, and promote again while revoked ones freed slots."""
+    """Publish ``promotions``, and promote again while revoked ones freed
+    slots; the ids of the tasks published are appended to ``sent``."""
     published = 0
     for _ in range(1000):  # each round frees at least one revoked slot, or ends
         again = False
@@ -116,6 +119,8 @@ def _publish_all(
             try:
                 republish(app, envelope, token)
                 published += 1
+                if sent is not None:
+                    sent.append(task_id)
                 events.sent(app, sent_fields_of(envelope))
                 task = app.tasks.get(envelope.get("task") or "")
                 signals.lock_promoted.send(
@@ -290,6 +295,7 @@ def wake_waiting_for(
     passed_over: str = "",
     woken: Sequence[Any] | None = None,
     taken: int = 0,
+    published: list[str] | None = None,
 ) -> int:
     """After a slot of ``limit`` came back (or might have): wake the first
     name whose parked head waits for it as a listed limit, other than
@@ -312,49 +318,53 @@ def wake_waiting_for(
 
     ``taken``: slots of the limit to count as taken besides its holders
     (tasks an earlier call published, on their way to take them).
+    ``published``: the ids of tasks published for the limit before this
+    call, appended to with the ones it publishes; each counts as taking a
+    slot until it holds one (``limit_wake.lua`` ARGV[4]), so a task that
+    started meanwhile is not counted twice.
 
     Never raises: an error is logged and the tasks published before it are
     counted, and the holds of the names still waiting end by themselves
     (:data:`LISTED_RETRY`), so whatever release called it goes on."""
-    in_flight = taken
+    sent = published if published is not None else []
+    before = len(sent)
     try:
         client, settings = client_for(app)
         keys = lease_keys(settings.prefix, limit)
         for attempt in range(WAKE_TRIES):
             if woken is None or attempt:
+                tags = " ".join(execution_tag(task_id) for task_id in sent)
                 woken = LIMIT_WAKE(
                     client,
                     [*keys.lease_keys(), *keys.blocked_keys()],
-                    [passed_over, in_flight, BLOCKED_MEMORY_MS],
+                    [passed_over, taken, BLOCKED_MEMORY_MS, tags],
                 )
             if not woken:
                 break
             noted_again = bool(int(woken[2]))
             last = attempt == WAKE_TRIES - 1
-            published = _promote_woken(app, text(woken[0]), limit, noted_again, last)
-            in_flight += published
-            if published and not int(woken[3]):
+            count = _promote_woken(app, text(woken[0]), limit, noted_again, last, sent)
+            if count and not int(woken[3]):
                 break
     except Exception as exc:
         log.warning("could not wake the names waiting for %r (%r)", limit, exc)
-    return in_flight - taken
+    return len(sent) - before
 
 
 def wake_changed_limits(app: Any, client: Any, prefix: str) -> int:
     """The sweeper's part of a run-time override of a name that keys wait for
     as a listed limit (``limit_changed.lua`` noted the name): wake the keys
-    waiting for each such limit while it has room for them, the tasks
-    published counting as taking their slots, so a raised limit fills its
-    new slots at once.  Returns the number of tasks published."""
+    waiting for each such limit while it has room for them, each task
+    published counting as taking a slot until it holds one, so a raised
+    limit fills its new slots at once.  Returns the number of tasks
+    published."""
     published = 0
     for raw in LIMIT_CHANGED_TAKE(client, [limits_to_wake(prefix)], [100]):
-        limit, woke = text(raw), 0
+        limit, sent = text(raw), list[str]()
         for _ in range(_MOST_WOKEN_PER_CHANGE):
-            sent = wake_waiting_for(app, limit, taken=woke)
-            if not sent:
+            if not wake_waiting_for(app, limit, published=sent):
                 break
-            woke += sent
-        published += woke
+        published += len(sent)
     return published
 
 
@@ -388,16 +398,18 @@ def listed_releaser(
     return release
 
 
-def _promote_woken(app: Any, name: str, limit: str, noted_again: bool, last: bool) -> int:
+def _promote_woken(
+    app: Any, name: str, limit: str, noted_again: bool, last: bool, sent: list[str]
+) -> int:
     """Lift ``name``'s hold for ``limit`` and promote one of its tasks; when
     ``limit_wake.lua`` noted it again, hold the rest for the limit again
     (not on the ``last`` try), or take the note back if nothing is held.
-    Returns the number of tasks published."""
+    Returns the number of tasks published, whose ids it appends to ``sent``."""
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
     hold = LISTED_RETRY if noted_again and not last else 0.0
     promotions, held_again = parking.unhold(settings.park, limit, hold)
-    published = _publish_all(app, parking, promotions, None)
+    published = _publish_all(app, parking, promotions, None, sent=sent)
     if noted_again and not held_again:
         # limit_forget.lua takes back only the note the wake-up made: one
         # limit_block.lua made since (a run of the name refused) stays.

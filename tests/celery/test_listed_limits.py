@@ -34,8 +34,9 @@ from celery_redislock import (
 )
 from celery_redislock.admin.format import format_parked
 from celery_redislock.core.park import Parking
+from celery_redislock.parking.admin import revoke as park_revoke
 from tests.celery.test_rate import cli
-from tests.celery_apps.listed import REGION, SHARED, create_listed_app
+from tests.celery_apps.listed import REGION, SHARED, SLOW, create_listed_app
 from tests.celery_harness import worker_factory
 from tests.waiting import wait_for
 
@@ -1375,6 +1376,226 @@ def test_a_raised_override_of_a_listed_limit_fills_its_new_slot_at_once(
     assert a0.get(timeout=60) == 0
     assert b0.get(timeout=150) == 0
     assert most_at_once(scene.events()) <= 2
+
+
+def test_a_raised_override_fills_every_new_slot_for_several_waiting_keys(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """As above, with three new slots and three tasks waiting for them: b0
+    and b1 (b's own limit is 2) and c0, all gated; ``limit set shared
+    --limit 4`` must start all three while a0 runs ("as many as it has room
+    for", docs/limits-and-eager.md).  The sweeper counts each task it
+    published as taking a slot only until it holds one: counted again as a
+    holder, the limit looked full after two, and b1 waited for a release
+    or its hold's end (found by an adversarial pass)."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    a0, b0 = scene.holder_and_waiter("a", "b")
+    b1 = scene.call("b", 1, gate=True)
+    scene.wait_parked("b", 2)
+    c0 = scene.call("c", 0, gate=True)
+    scene.wait_noted("b", "c")
+    try:
+        cli(scene.app, "limit", "set", SHARED, "--limit", "4")
+        try:
+            wait_for(
+                lambda: {("b", 0), ("b", 1), ("c", 0)} <= set(scene.starts()),
+                20,
+                message="b0, b1 and c0 started in the new slots (a0 still running)",
+            )
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}; starts: {scene.starts()}, holders: {len(scene.holders(SHARED))},"
+                f" noted: {blocked(redis_client, scene.prefix)}, b: {scene.status('b')}"
+            ) from None
+        assert len(scene.holders(SHARED)) == 4
+    finally:
+        for call in (("a", 0), ("b", 0), ("b", 1), ("c", 0)):
+            scene.open(*call)
+        cli(scene.app, "limit", "clear", SHARED)
+    assert [r.get(timeout=150) for r in (a0, b0, b1, c0)] == [0, 0, 1, 0]
+    assert most_at_once(scene.events()) <= 4
+
+
+def test_a_raised_rate_override_of_a_listed_limit_admits_the_next_start_at_once(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """``Limit("slow", 100, rate="1/h")``: a0's start books the next start
+    of the limit an hour ahead.  ``limit set slow --rate 100/s`` (docs/rate.md:
+    an override applies from the next start on) cuts that schedule to a full
+    burst of the new rate (``override.lua``), so d0, another account's call
+    sent after it, starts within seconds, not in an hour (found by an
+    adversarial pass: the old rate's schedule stayed)."""
+    scene = Scene(start, redis_url, redis_client, task="charge_slow_rated")
+    scene.worker()
+    a0 = scene.call("a", 0)
+    scene.wait_started(("a", 0))
+    try:
+        cli(scene.app, "limit", "set", SLOW, "--rate", "100/s")
+        d0 = scene.call("d", 0)
+        try:
+            wait_for(
+                lambda: ("d", 0) in scene.starts(),
+                30,
+                message="d0 started under the raised rate, not an hour after a0",
+            )
+        except AssertionError as exc:
+            found = f"starts {scene.starts()}, d: {scene.status('d')}"
+            raise AssertionError(f"{exc}; {found}") from None
+    finally:
+        cli(scene.app, "limit", "clear", SLOW)
+    assert (a0.get(timeout=60), d0.get(timeout=60)) == (0, 0)
+
+
+def _start_times(scene: Scene) -> dict[tuple[str, int], float]:
+    return {(e["account"], e["n"]): e["t"] for e in scene.events() if e["what"] == "start"}
+
+
+@pytest.mark.parametrize("holder_task", ["charge", "charge_wait", "charge_skip"])
+def test_a_release_by_a_task_of_another_policy_wakes_the_parked_key(
+    start: Any, redis_url: str, redis_client: redis.Redis, holder_task: str
+) -> None:
+    """docs/limits-and-eager.md: "Every release of a listed lease of the limit
+    (by whichever worker ...) wakes the first noted key"; "two task types that
+    list Limit("stripe", 20) share the 20".  A run of ``holder_task`` (retry,
+    wait or skip policy; same ``Limit(shared)``) holds the shared limit (1)
+    on one worker; b0 of ``charge_park`` waits for it on another worker.
+    Its release must wake b (fallback 120 s)."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    scene.worker(concurrency=2)
+    scene.worker(concurrency=2)
+    holder = scene.app.tasks[f"listed.{holder_task}"].apply_async(("a", 0), {"gate": True})
+    wait_for(
+        lambda: any(
+            e["what"] == "start"
+            for e in scene.app.recorder.events(holder_task, "all")  # type: ignore[attr-defined]
+        ),
+        60,
+        message="a0 started",
+    )
+    b0 = scene.call("b", 0, duration=0.1)
+    scene.wait_noted("b")
+    opened = time.time()
+    scene.open("a")
+    assert holder.get(timeout=60) == 0
+    assert b0.get(timeout=20) == 0  # woken, not the 120 s fallback
+    (b_start,) = [t for call, t in _start_times(scene).items() if call == ("b", 0)]
+    assert b_start - opened < 60  # the fallback hold is 120 s
+
+
+def test_a_revoked_waiting_key_lets_the_next_noted_key_take_the_slot(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """docs/park.md: "A woken key that promotes nothing (its own slots full,
+    its park empty, ...) lets the next noted key try (WAKE_TRIES)".  Shared
+    limit 1 held by a0; b0 and then c0 wait (noted b, c).  b0 is revoked out
+    of its park (``parking.revoke(app, id, name)``).  a0's release must
+    start c0, not leave it for its 120 s hold."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    a0, b0 = scene.holder_and_waiter("a", "b")
+    c0 = scene.call("c", 0, duration=0.1)
+    scene.wait_noted("b", "c")
+    # b0's gate is never opened: it must not run.
+    assert park_revoke(scene.app, b0.id, "acct:b") == "parked"
+    wait_for(lambda: b0.state == "REVOKED", 30, message="b0 REVOKED")
+    scene.open("a")
+    assert a0.get(timeout=60) == 0
+    assert c0.get(timeout=20) == 0  # not the 120 s fallback
+    assert ("b", 0) not in scene.starts()
+    wait_for(lambda: not blocked(redis_client, scene.prefix), 30, message="nothing noted")
+
+
+def test_a_revoked_held_task_of_a_woken_key_does_not_stall_the_next_key(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Shared limit 1: a0 holds it; b0, b1 wait (b noted); c0 waits behind b.
+    a0 ends: b is woken (b0 runs, b1 held, b noted again at the back, behind
+    c).  b1 is revoked out of its park while b0 runs.  b0's release must pass
+    the slot on to c (c0 starts at once, not after its 120 s hold), and b,
+    with nothing parked, must not stay noted."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    a0, b0 = scene.holder_and_waiter("a", "b")
+    b1 = scene.call("b", 1, duration=0.1)
+    scene.wait_parked("b", 2)
+    c0 = scene.call("c", 0, duration=0.1)
+    scene.wait_noted("b", "c")
+    scene.open("a")
+    assert a0.get(timeout=60) == 0
+    scene.wait_started(("b", 0))
+    scene.wait_noted("c", "b")
+    assert park_revoke(scene.app, b1.id, "acct:b") == "parked"
+    scene.open("b")
+    assert b0.get(timeout=60) == 0
+    assert c0.get(timeout=20) == 0
+    assert scene.starts() == [("a", 0), ("b", 0), ("c", 0)]
+    wait_for(lambda: not blocked(redis_client, scene.prefix), 30, message="nothing noted")
+
+
+def test_a_lowered_override_of_a_listed_limit_admits_no_start_until_below_it(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """docs/rate.md: "a **lowered** one admits no new start until fewer than
+    the new limit run"; docs/limits-and-eager.md: "A run-time override of the
+    name (celery redislock limit set stripe 10) applies to it like to any
+    name".  Shared limit 3 (code), held by a0, b0, c0; ``limit set shared
+    --limit 1``; d0 and e0 wait.  a0 and b0 end: nothing may start (two, then
+    one, still run).  c0 ends: d0 or e0 starts, and they never run together."""
+    scene = Scene(start, redis_url, redis_client, shared=3)
+    scene.worker(concurrency=3)
+    scene.worker(concurrency=3)
+    holding = {a: scene.call(a, 0, gate=True) for a in ("a", "b", "c")}
+    scene.wait_started(("a", 0), ("b", 0), ("c", 0))
+    try:
+        cli(scene.app, "limit", "set", SHARED, "--limit", "1")
+        waiting = [scene.call(a, 0, duration=0.3) for a in ("d", "e")]
+        wait_for(
+            lambda: sorted(blocked(redis_client, scene.prefix)) == ["acct:d", "acct:e"],
+            60,
+            message="d and e noted",
+        )
+        for account in ("a", "b"):
+            scene.open(account)
+            assert holding[account].get(timeout=60) == 0
+        # Two releases came; one holder (c0) is left at limit 1: nothing starts.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert set(scene.starts()) == {("a", 0), ("b", 0), ("c", 0)}, scene.starts()
+            assert len(scene.holders(SHARED)) <= 1 or ("c", 0) in scene.starts()
+            time.sleep(0.05)
+        scene.open("c")
+        assert holding["c"].get(timeout=60) == 0
+        for result in waiting:
+            assert result.get(timeout=60) == 0  # woken: not after 120 s
+    finally:
+        cli(scene.app, "limit", "clear", SHARED)
+    later = [e for e in scene.events() if e["account"] in ("d", "e")]
+    assert most_at_once(later) == 1
+
+
+def test_a_rate_refused_head_under_a_make_way_hold_starts_at_its_rate_time(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """docs/limits-and-eager.md: "if a longer hold for the same limit is on
+    already (a wake-up held the key's other tasks, or a run of the key made
+    way), that head goes alone at its time".  charge_capped_rated: shared
+    limit 2, one start per 10 s.  Shapes the case of a key that made way
+    and whose next head is then refused by the rate: it must start when the
+    rate admits it, not after the 120 s hold."""
+    scene = Scene(start, redis_url, redis_client, task="charge_capped_rated", shared=1)
+    scene.worker()
+    a0 = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    b0 = scene.call("b", 0, duration=0.1)
+    scene.wait_noted("b")
+    a1 = scene.call("a", 1, duration=0.1)
+    scene.wait_parked("a", 1)
+    scene.open("a")
+    assert a0.get(timeout=60) == 0
+    # a0's release wakes b (b0 promoted: refused by the rate, 10 s) and a makes way.
+    assert b0.get(timeout=40) == 0
+    assert a1.get(timeout=60) == 1  # not after the 120 s hold
+    assert scene.starts() == [("a", 0), ("b", 0), ("a", 1)]
+    assert most_at_once(scene.events()) == 1
+    assert sent_back_by_a_limit(scene.app, b0.id) >= 1
 
 
 def blocked_keys_without_ttl(client: redis.Redis, prefix: str, limit: str = SHARED) -> list[str]:

@@ -9,7 +9,8 @@ under ``wait``, ``listed.charge_skip`` under ``skip``,
 ``region:{region}`` (1 slot) instead; ``listed.charge_rated``
 (``park``) lists ``region`` instead: 100 slots, one start per 10 s;
 ``listed.charge_capped_rated`` (``park``) lists ``shared`` with one start
-per 10 s.  Its body records ``start``
+per 10 s; ``listed.charge_slow_rated`` (``park``) lists ``slow``: 100
+slots, one start an hour.  Its body records ``start``
 (with the listed names its run holds) and ``end`` events into
 ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
 ``<prefix>:gate:<account_id>:<n>``; with ``end="raise"`` it raises
@@ -50,6 +51,7 @@ from .pools import c_call
 
 SHARED = "shared"
 REGION = "region"
+SLOW = "slow"
 
 
 def create_listed_app(config: dict[str, str]) -> Celery:
@@ -119,6 +121,10 @@ def create_listed_app(config: dict[str, str]) -> Celery:
     app.task(
         name="listed.charge_capped_rated",
         **{**common, "limits": [Limit(SHARED, shared_limit, rate=0.1)]},
+    )(charge)
+    app.task(
+        name="listed.charge_slow_rated",
+        **{**common, "limits": [Limit(SLOW, 100, rate="1/h")]},
     )(charge)
     return app
 

@@ -67,6 +67,26 @@ def test_a_rate_override_replaces_the_limiters_rate_and_burst(
     assert not decision and decision.retry_after > 3000  # the code's 1/h again
 
 
+def test_a_raised_rate_applies_from_the_next_start_not_after_the_old_rates_schedule(
+    redis_client: Any, prefix: str, name: str
+) -> None:
+    """A start under the code's 1/min books the next one a minute ahead;
+    ``limit set --rate 100/s`` cuts that schedule to a full burst of the new
+    rate, so the next start waits at most one new interval (10 ms), not the
+    minute.  A lowered rate keeps what was booked: the next start goes at
+    the old schedule's time, the ones after it by the new rate."""
+    limiter = RateLimiter(redis_client, name, rate="1/m", burst=1, prefix=prefix)
+    assert limiter.try_acquire()
+    assert limiter.peek().retry_after > 30
+    Overrides(redis_client, name, prefix).set(rate="100/s")
+    assert limiter.peek().retry_after <= 0.01
+    assert limiter.acquire(blocking_timeout=5)
+    Overrides(redis_client, name, prefix).set(rate="1/h")
+    assert limiter.peek().retry_after <= 0.01  # booked under 100/s
+    assert limiter.acquire(blocking_timeout=5)
+    assert limiter.peek().retry_after > 3000  # the new 1/h from there on
+
+
 def test_a_cost_above_an_overriding_burst_counts_as_the_whole_burst(
     redis_client: Any, prefix: str, name: str
 ) -> None:

@@ -11,8 +11,25 @@
 -- ARGV[2] in_flight  slots of the limit to count as taken besides its
 --                    holders (tasks the caller promoted for it already)
 -- ARGV[3] ttl_ms     as limit_block.lua's ARGV[3], for a name noted again
+-- ARGV[4] published  the execution tags (core/owners.py: the first part of
+--                    an owner id, up to its first ".") of tasks the caller
+--                    published for the limit, space-separated ("" none):
+--                    each counts as taking a slot besides in_flight unless
+--                    a holder's owner id begins with it (it took its slot
+--                    already, and is counted as a holder)
 -- Returns wake_first()'s reply: {name, asks, holds, room} or {}.
 
+--- @include "includes/lease_set_keys"
 --- @include "includes/wake_first"
 
-return wake_first(KEYS[8], KEYS[9], KEYS[10], ARGV[1], tonumber(ARGV[2]), ARGV[3])
+local in_flight = tonumber(ARGV[2])
+local pending = {}
+for tag in string.gmatch(ARGV[4], '%S+') do pending[tag] = true end
+if next(pending) then
+  for _, owner in ipairs(redis.call('ZRANGE', HOLDERS, 0, -1)) do
+    local tag = string.match(owner, '^[^.]*%.')
+    if tag then pending[tag] = nil end
+  end
+  for _ in pairs(pending) do in_flight = in_flight + 1 end
+end
+return wake_first(KEYS[8], KEYS[9], KEYS[10], ARGV[1], in_flight, ARGV[3])
