@@ -29,9 +29,11 @@ Guaranteed:
   and :class:`~celery_redislock.RateLimiter`.  A cost above the overriding
   burst counts as the whole burst (it could never start otherwise).  It
   applies from the next start on: the schedule the old rate booked is cut
-  to at most a full burst of the new one (a raised rate does not wait out
-  the old rate's times); clearing leaves it (the starts booked under the
-  override count against the code's rate).  Parked work
+  to at most a full burst of the new one (runs admitted already, at most
+  0.25 s from their start, keep their places), so a raised rate does not
+  wait out the old rate's times; within that bound the starts booked count
+  against the new rate.  Clearing leaves the schedule (the starts booked
+  under the override count against the code's rate).  Parked work
   follows at once: setting or clearing wakes the sweepers.  Not followed: a
   task a *listed* limit's rate sent back before the change waits out the
   time it was given then (the key's hold; docs/limits-and-eager.md).

@@ -294,7 +294,6 @@ def wake_waiting_for(
     limit: str,
     passed_over: str = "",
     woken: Sequence[Any] | None = None,
-    taken: int = 0,
     published: list[str] | None = None,
 ) -> int:
     """After a slot of ``limit`` came back (or might have): wake the first
@@ -316,8 +315,6 @@ def wake_waiting_for(
     made, and only that one (``limit_forget.lua``): a note another process
     made since (a run of the name refused) stays.
 
-    ``taken``: slots of the limit to count as taken besides its holders
-    (tasks an earlier call published, on their way to take them).
     ``published``: the ids of tasks published for the limit before this
     call, appended to with the ones it publishes; each counts as taking a
     slot until it holds one (``limit_wake.lua`` ARGV[4]), so a task that
@@ -337,7 +334,7 @@ def wake_waiting_for(
                 woken = LIMIT_WAKE(
                     client,
                     [*keys.lease_keys(), *keys.blocked_keys()],
-                    [passed_over, taken, BLOCKED_MEMORY_MS, tags],
+                    [passed_over, 0, BLOCKED_MEMORY_MS, tags],
                 )
             if not woken:
                 break

@@ -1446,10 +1446,6 @@ def test_a_raised_rate_override_of_a_listed_limit_admits_the_next_start_at_once(
     assert (a0.get(timeout=60), d0.get(timeout=60)) == (0, 0)
 
 
-def _start_times(scene: Scene) -> dict[tuple[str, int], float]:
-    return {(e["account"], e["n"]): e["t"] for e in scene.events() if e["what"] == "start"}
-
-
 @pytest.mark.parametrize("holder_task", ["charge", "charge_wait", "charge_skip"])
 def test_a_release_by_a_task_of_another_policy_wakes_the_parked_key(
     start: Any, redis_url: str, redis_client: redis.Redis, holder_task: str
@@ -1474,12 +1470,9 @@ def test_a_release_by_a_task_of_another_policy_wakes_the_parked_key(
     )
     b0 = scene.call("b", 0, duration=0.1)
     scene.wait_noted("b")
-    opened = time.time()
     scene.open("a")
     assert holder.get(timeout=60) == 0
     assert b0.get(timeout=20) == 0  # woken, not the 120 s fallback
-    (b_start,) = [t for call, t in _start_times(scene).items() if call == ("b", 0)]
-    assert b_start - opened < 60  # the fallback hold is 120 s
 
 
 def test_a_revoked_waiting_key_lets_the_next_noted_key_take_the_slot(
@@ -1559,7 +1552,7 @@ def test_a_lowered_override_of_a_listed_limit_admits_no_start_until_below_it(
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             assert set(scene.starts()) == {("a", 0), ("b", 0), ("c", 0)}, scene.starts()
-            assert len(scene.holders(SHARED)) <= 1 or ("c", 0) in scene.starts()
+            assert len(scene.holders(SHARED)) <= 1
             time.sleep(0.05)
         scene.open("c")
         assert holding["c"].get(timeout=60) == 0
@@ -1577,7 +1570,7 @@ def test_a_rate_refused_head_under_a_make_way_hold_starts_at_its_rate_time(
     """docs/limits-and-eager.md: "if a longer hold for the same limit is on
     already (a wake-up held the key's other tasks, or a run of the key made
     way), that head goes alone at its time".  charge_capped_rated: shared
-    limit 2, one start per 10 s.  Shapes the case of a key that made way
+    limit 1, one start per 10 s.  Shapes the case of a key that made way
     and whose next head is then refused by the rate: it must start when the
     rate admits it, not after the 120 s hold."""
     scene = Scene(start, redis_url, redis_client, task="charge_capped_rated", shared=1)

@@ -9,13 +9,17 @@
 --                         the old limit may have made too high
 -- KEYS[3] rate      STRING the name's rate schedule of admissions (includes/gcra.lua)
 -- KEYS[4] started   STRING its schedule of starts (includes/start_delay.lua)
---                         A rate set here applies from the next start on, so
---                         each schedule the old rate booked is cut to at most
---                         a full burst of the new one (a raised rate admits
---                         and starts the next run within one new interval,
---                         not at the time the old rate booked); a cleared rate
---                         leaves them (the starts they booked count against
---                         the code's rate, which this script does not know)
+--                         A rate set here applies from the next start on: the
+--                         schedule of admissions the old rate booked is cut to
+--                         at most a full burst of the new one, and the schedule
+--                         of starts to that plus MAX_START_WAIT_US (runs
+--                         admitted already may be waiting that long to start:
+--                         they keep their places), so a raised rate does not
+--                         wait out the times the old one booked; starts
+--                         booked within that bound count against the new rate.
+--                         A cleared rate leaves both (the starts they booked
+--                         count against the code's rate, which this script
+--                         does not know)
 -- ARGV[1] limit        the limit; "": leave it as it is; "-": remove it
 -- ARGV[2] interval_us  the rate's microseconds per unit; "": leave; "-": remove
 -- ARGV[3] burst        with interval_us
@@ -25,6 +29,7 @@
 
 --- @include "includes/gcra"
 --- @include "includes/now"
+--- @include "includes/start_delay"
 
 local key = KEYS[1]
 if ARGV[1] == '-' then
@@ -38,11 +43,13 @@ if ARGV[2] == '-' then
 elseif ARGV[2] ~= '' then
   redis.call('HSET', key, 'interval_us', ARGV[2], 'burst', ARGV[3], 'rate', ARGV[4])
   local full = NOW_US + tonumber(ARGV[2]) * tonumber(ARGV[3])
-  -- Each key's TTL as its writer sets it (gcra(), start_delay()).
-  for i, lag in ipairs({SCHEDULE_LAG_US, 0}) do
-    if tonumber(redis.call('GET', KEYS[2 + i]) or '0') > full then
-      redis.call('SET', KEYS[2 + i], string.format('%.0f', full),
-        'PX', math.ceil((full - NOW_US + lag) / 1000) + 1)
+  -- Each bound, and each key's TTL as its writer sets it (gcra(), start_delay()).
+  local cuts = {{KEYS[3], full, SCHEDULE_LAG_US}, {KEYS[4], full + MAX_START_WAIT_US, 0}}
+  for _, cut in ipairs(cuts) do
+    local key, most, lag = cut[1], cut[2], cut[3]
+    if tonumber(redis.call('GET', key) or '0') > most then
+      redis.call('SET', key, string.format('%.0f', most),
+        'PX', math.ceil((most - NOW_US + lag) / 1000) + 1)
     end
   end
 end

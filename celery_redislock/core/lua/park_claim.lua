@@ -41,6 +41,7 @@
 --- @include "includes/pause_left_us"
 --- @include "includes/purge_expired_holders"
 --- @include "includes/read_inflight"
+--- @include "includes/start_delay"
 --- @include "includes/start_wait"
 --- @include "includes/stored_limit"
 --- @include "includes/supersede"

@@ -2,6 +2,7 @@
 --- @include "includes/holder_state"
 --- @include "includes/limit_of"
 --- @include "includes/rate_admits"
+--- @include "includes/start_delay"
 --- @include "includes/start_wait"
 
 -- Whether a call of entry `e` may start now, nothing taken: a slot free by

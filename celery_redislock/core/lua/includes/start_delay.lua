@@ -7,6 +7,12 @@
 -- waits stay within the spread of delivery delays, since the admissions
 -- themselves keep the schedule.  Returns the wait (us); it is recorded only
 -- when at most `max_wait` (the caller parks the run otherwise).
+-- The longest a run waits before its body starts to keep the rate of starts
+-- (the spread of delivery delays, normally milliseconds); a run that would
+-- wait longer (a rate lowered while its promotion was on its way) goes back
+-- to the park instead of holding a worker process.
+local MAX_START_WAIT_US = 250000
+
 local function start_delay(started_key, now, interval, burst, cost, max_wait)
   local tat = tonumber(redis.call('GET', started_key) or '0')
   if tat < now then tat = now end

@@ -4,12 +4,6 @@
 --- @include "includes/rate_terms"
 --- @include "includes/start_delay"
 
--- The longest a run waits before its body starts to keep the rate of starts
--- (the spread of delivery delays, normally milliseconds); a run that would
--- wait longer (a rate lowered while its promotion was on its way) goes back
--- to the park instead of holding a worker process.
-local MAX_START_WAIT_US = 250000
-
 -- How long a run of entry `e` admitted now waits before its body starts (us;
 -- 0 without a rate), recorded in the start schedule when at most
 -- MAX_START_WAIT_US; a longer wait is returned without recording it.
