@@ -1077,13 +1077,14 @@ class Scene:
     def status(self, account: str) -> Any:
         return Parking(self.client, self.prefix, f"acct:{account}").status(count=1)
 
-    def holder_and_waiter(self, holder: str, waiter: str) -> tuple[Any, Any]:
+    def holder_and_waiter(self, holder: str, waiter: str, **options: Any) -> tuple[Any, Any]:
         """Start a worker; a gated run of ``holder`` (n 0) holds the shared
-        limit, and a gated call of ``waiter`` (n 0) is noted waiting for it."""
+        limit, and a call of ``waiter`` (n 0; gated, or with ``options`` as
+        its keyword arguments) is noted waiting for it."""
         self.worker()
         held = self.call(holder, 0, gate=True)
         self.wait_started((holder, 0))
-        waiting = self.call(waiter, 0, gate=True)
+        waiting = self.call(waiter, 0, **(options or {"gate": True}))
         self.wait_noted(waiter)
         return held, waiting
 
@@ -1574,11 +1575,7 @@ def test_a_rate_refused_head_under_a_make_way_hold_starts_at_its_rate_time(
     and whose next head is then refused by the rate: it must start when the
     rate admits it, not after the 120 s hold."""
     scene = Scene(start, redis_url, redis_client, task="charge_capped_rated", shared=1)
-    scene.worker()
-    a0 = scene.call("a", 0, gate=True)
-    scene.wait_started(("a", 0))
-    b0 = scene.call("b", 0, duration=0.1)
-    scene.wait_noted("b")
+    a0, b0 = scene.holder_and_waiter("a", "b", duration=0.1)
     a1 = scene.call("a", 1, duration=0.1)
     scene.wait_parked("a", 1)
     scene.open("a")
@@ -1726,11 +1723,7 @@ def test_a_child_killed_going_back_for_the_limits_rate_under_a_longer_hold(
     gives the slot back, and b0 still starts when the rate admits it, once,
     then b1; never two runs of the limit at once."""
     scene = Scene(start, redis_url, redis_client, task="charge_capped_rated", shared=1)
-    scene.worker()
-    holder = scene.call("a", 0, gate=True)
-    scene.wait_started(("a", 0))
-    b0 = scene.call("b", 0, duration=0.1)
-    scene.wait_noted("b")
+    holder, b0 = scene.holder_and_waiter("a", "b", duration=0.1)
     b1 = scene.call("b", 1, duration=0.1)
     scene.wait_parked("b", 2)
     fault = f"{scene.prefix}:fault:listed_parked"
