@@ -16,9 +16,10 @@
 -- keys then live `ttl_ms` more): its caller promotes one of its tasks and
 -- holds the rest for the limit again, so the next release that reaches it
 -- promotes one more.  `queued`: whether a waiter is queued on the limit,
--- if the caller knows it (nil: read here).  Returns {name, asks, holds, room} (asks and holds as
--- noted; room 1 if no other name is noted and the limit would admit that
--- head once more after this wake-up) or {}: none when the set is empty,
+-- if the caller knows it (nil: read here).  Returns {name, asks, holds,
+-- room} (asks and holds as noted; room 1 if no other name is noted and
+-- the limit would admit that head once more after this wake-up) or {}:
+-- none when the set is empty,
 -- when a blocking waiter is queued on the limit (it is handed the slot,
 -- and a newcomer may not pass it: acquire.lua), or when the first head is
 -- not admissible by its own limit beside the current holders (THE
