@@ -317,7 +317,7 @@ def wake_waiting_for(
 
     ``published``: the ids of tasks published for the limit before this
     call, appended to with the ones it publishes; each counts as taking a
-    slot until it holds one (``limit_wake.lua`` ARGV[4]), so a task that
+    slot until it holds one (``limit_wake.lua`` ARGV[3]), so a task that
     started meanwhile is not counted twice.
 
     Never raises: an error is logged and the tasks published before it are
@@ -334,7 +334,7 @@ def wake_waiting_for(
                 woken = LIMIT_WAKE(
                     client,
                     [*keys.lease_keys(), *keys.blocked_keys()],
-                    [passed_over, 0, BLOCKED_MEMORY_MS, tags],
+                    [passed_over, BLOCKED_MEMORY_MS, tags],
                 )
             if not woken:
                 break

@@ -465,8 +465,8 @@ def test_a_wake_up_reports_room_for_one_more_only_while_nobody_else_waits(
     script_keys = [*keys.lease_keys(), *keys.blocked_keys()]
     for name in ("acct:a", "acct:b"):  # in flight: 3 of 3, so noted
         assert LIMIT_BLOCK(redis_client, script_keys, [name, 3, 60_000, 3, 0, 0]) == 1
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""]) == [b"acct:a", 3, 0, 0]
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000, ""]) == [b"acct:b", 3, 0, 1]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""]) == [b"acct:a", 3, 0, 0]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, "promoted."]) == [b"acct:b", 3, 0, 1]
 
 
 def test_a_limit_serves_names_new_to_the_round_before_names_that_had_their_turn(
@@ -492,7 +492,7 @@ def test_a_limit_serves_names_new_to_the_round_before_names_that_had_their_turn(
         assert LIMIT_BLOCK(redis_client, script_keys, [name, 1, 60_000, 1, holds, turn]) == 1
 
     def wake() -> str:
-        woken = LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""])
+        woken = LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""])
         return str(woken[0].decode())
 
     def order() -> list[str]:
@@ -544,7 +544,7 @@ def test_rounds_hold_for_names_that_leave_the_set_when_woken(
         assert LIMIT_BLOCK(redis_client, script_keys, [name, 1, 60_000, 1, 0, 0]) == 1
 
     def wake() -> str:
-        return str(LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""])[0].decode())
+        return str(LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""])[0].decode())
 
     def order() -> list[str]:
         return [m.decode() for m in redis_client.zrange(keys.blocked, 0, -1)]
@@ -584,11 +584,11 @@ def test_a_note_is_taken_back_only_if_it_is_the_one_a_wake_up_made(
     note = ["acct:k", 2, 60_000, 2, 1, 0]  # 2 of 2 in flight: noted, holding
     forget = keys.blocked_keys()
     assert LIMIT_BLOCK(redis_client, script_keys, note) == 1
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""])[:3] == [b"acct:k", 2, 1]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""])[:3] == [b"acct:k", 2, 1]
     assert LIMIT_BLOCK(redis_client, script_keys, note) == 1  # noted since: it keeps its place
     assert LIMIT_FORGET(redis_client, forget, ["acct:k", 60_000]) == 0
     assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:k"]
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""])[:3] == [b"acct:k", 2, 1]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""])[:3] == [b"acct:k", 2, 1]
     assert LIMIT_FORGET(redis_client, forget, ["acct:k", 60_000]) == 1
     assert redis_client.zrange(keys.blocked, 0, -1) == []
 
@@ -612,10 +612,10 @@ def test_a_task_published_for_a_limit_counts_as_taking_a_slot_until_it_holds_one
     assert ACQUIRE(redis_client, keys.script_keys(), [started, 3, 30_000, "", 0, 0])
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 3, 60_000, 2, 0, 0]) == 1  # full
     published = f"{execution_tag('task-a')} {execution_tag('task-b')}"
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, published]) == [b"acct:k", 3, 0, 0]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, published]) == [b"acct:k", 3, 0, 0]
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 3, 60_000, 2, 0, 0]) == 1  # full
     both = f"{published} {execution_tag('task-c')}"  # 1 holder + 2 in flight: full
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, both]) == []
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, both]) == []
 
 
 def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
@@ -641,18 +641,19 @@ def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     assert first.acquire(blocking=False) and second.acquire(blocking=False)
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 2, 60_000, 0, 1, 0]) == 1  # noted
     assert LIMIT_BLOCK(redis_client, script_keys, ["acct:i", 2, 60_000, 0, 0, 0]) == 1
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""]) == []  # noted, but no room
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""]) == []  # noted, but no room
     first.release()
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000, ""]) == []  # the slot in flight
-    woken = LIMIT_WAKE(redis_client, script_keys, ["acct:k", 0, 60_000, ""])
+    # the slot in flight: a task published for it
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, "promoted."]) == []
+    woken = LIMIT_WAKE(redis_client, script_keys, ["acct:k", 60_000, ""])
     assert woken == [b"acct:i", 2, 0, 0]  # passed over; no room for one more
     second.release()
-    woken = LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""])
+    woken = LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""])
     assert woken == [b"acct:k", 2, 1, 1]  # noted to hold, so noted again; room for one more
     assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:k"]
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 1, 60_000, ""]) == [b"acct:k", 2, 1, 0]
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, "promoted."]) == [b"acct:k", 2, 1, 0]
     assert LIMIT_FORGET(redis_client, keys.blocked_keys(), ["acct:k", 60_000]) == 1
-    assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""]) == []  # nobody left
+    assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""]) == []  # nobody left
     assert second.acquire(blocking=False)
 
     assert first.acquire(blocking=False)
@@ -661,7 +662,7 @@ def test_a_limit_wakes_the_oldest_noted_name_while_nothing_queued_is_before_it(
     waiter.start()
     try:
         wait_for(lambda: third.waiters(), 10, message="the waiter queued")
-        assert LIMIT_WAKE(redis_client, script_keys, ["", 0, 60_000, ""]) == []
+        assert LIMIT_WAKE(redis_client, script_keys, ["", 60_000, ""]) == []
         assert redis_client.zrange(keys.blocked, 0, -1) == [b"acct:j"]
     finally:
         second.release()  # hands the slot to the waiter

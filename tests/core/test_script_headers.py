@@ -170,7 +170,7 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
     noted = [f"{name}-p", 1, 60_000, 0, 1, 0]
     assert scripts.LIMIT_BLOCK(redis_client, [*lease_keys, *blocked], noted)
     other.release()
-    woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], ["", 0, 60_000, ""])
+    woken = scripts.LIMIT_WAKE(redis_client, [*lease_keys, *blocked], ["", 60_000, ""])
     assert woken == [f"{name}-p".encode(), 1, 1, 0]  # noted again
     assert scripts.LIMIT_FORGET(redis_client, blocked, [f"{name}-p", 60_000]) == 1
     for index in (False, True):  # the held index: on a single server only

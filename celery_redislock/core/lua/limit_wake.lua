@@ -8,23 +8,21 @@
 -- and KEYS[8] blocked, KEYS[9] limits and KEYS[10] turns (limit_block.lua's).
 -- ARGV[1] the name not to wake ("" none): a run that gives this limit back
 --         because another refused it, whose own name goes back to wait
--- ARGV[2] in_flight  slots of the limit to count as taken besides its
---                    holders (tasks the caller promoted for it already)
--- ARGV[3] ttl_ms     as limit_block.lua's ARGV[3], for a name noted again
--- ARGV[4] published  the execution tags (core/owners.py: the first part of
+-- ARGV[2] ttl_ms     as limit_block.lua's ARGV[3], for a name noted again
+-- ARGV[3] published  the execution tags (core/owners.py: the first part of
 --                    an owner id, up to its first ".") of tasks the caller
 --                    published for the limit, space-separated ("" none):
---                    each counts as taking a slot besides in_flight unless
---                    a holder's owner id begins with it (it took its slot
---                    already, and is counted as a holder)
+--                    each counts as taking a slot besides the holders
+--                    unless a holder's owner id begins with it (it took its
+--                    slot already, and is counted as a holder)
 -- Returns wake_first()'s reply: {name, asks, holds, room} or {}.
 
 --- @include "includes/lease_set_keys"
 --- @include "includes/wake_first"
 
-local in_flight = tonumber(ARGV[2])
+local in_flight = 0
 local pending = {}
-for tag in string.gmatch(ARGV[4], '%S+') do pending[tag] = true end
+for tag in string.gmatch(ARGV[3], '%S+') do pending[tag] = true end
 if next(pending) then
   for _, owner in ipairs(redis.call('ZRANGE', HOLDERS, 0, -1)) do
     local tag = string.match(owner, '^[^.]*%.')
@@ -32,4 +30,4 @@ if next(pending) then
   end
   for _ in pairs(pending) do in_flight = in_flight + 1 end
 end
-return wake_first(KEYS[8], KEYS[9], KEYS[10], ARGV[1], in_flight, ARGV[3])
+return wake_first(KEYS[8], KEYS[9], KEYS[10], ARGV[1], in_flight, ARGV[2])
