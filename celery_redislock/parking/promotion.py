@@ -42,11 +42,11 @@ from .states import PROMOTED, ParkUnclaimed, mark_failed, mark_revoked, store_st
 __all__ = [
     "after_release",
     "discarded_by_worker",
-    "listed_releaser",
     "never_runs",
     "promote",
+    "release_and_promote",
     "release_dead_holders",
-    "releaser",
+    "release_listed",
     "wake_name",
     "wake_waiting_for",
 ]
@@ -207,18 +207,19 @@ def _dropped(
     )
 
 
-def releaser(
+def release_and_promote(
     task: Any,
     lease_set: LeaseSet,
     limit: int,
     making_way: str = "",
     note_behind: Callable[[], None] | None = None,
-) -> Callable[[str], bool]:
-    """The release of a park-policy run (for ``LeaseSet.release_through``):
-    the slot is given back and the parked tasks are promoted into it in one
-    call, then published.  A failed release raises (the caller logs it; the
-    lease frees within its ttl and the sweeper promotes); a failed publish is
-    logged (the sweeper re-publishes after the deadline).  With
+) -> None:
+    """The release of a park-policy run (through ``LeaseSet.release_through``,
+    so it raises as ``LeaseSet.release`` does): the slot is given back and
+    the parked tasks are promoted into it in one call, then published.  A
+    failed release raises (the caller logs it; the lease frees within its
+    ttl and the sweeper promotes); a failed publish is logged (the sweeper
+    re-publishes after the deadline).  With
     ``making_way`` (a listed limit whose slot the run gave to a name that
     waited for it), the same call first holds the name's parked work for that
     limit (:data:`LISTED_RETRY` at most), and once it is held ``note_behind``
@@ -242,7 +243,7 @@ def releaser(
             note_behind()
         return held
 
-    return release
+    lease_set.release_through(release)
 
 
 def after_release(task: Any, name: str, limit: int) -> None:
@@ -310,7 +311,7 @@ def wake_waiting_for(
     that promotes nothing (its own slots full, its park empty, a hold for
     another limit) does not use the slot up.  Returns the number of tasks
     published.  ``woken``: the reply of the release that woke the first name
-    already (:func:`listed_releaser`; empty: it woke nobody).  When nothing
+    already (:func:`release_listed`; empty: it woke nobody).  When nothing
     is held again, :func:`_promote_woken` takes back the note the wake-up
     made, and only that one (``limit_forget.lua``): a note another process
     made since (a run of the name refused) stays.
@@ -370,12 +371,13 @@ def wake_changed_limits(app: Any, client: Any, prefix: str) -> int:
 _MOST_WOKEN_PER_CHANGE = 1000
 
 
-def listed_releaser(
+def release_listed(
     lease_set: LeaseSet, woken: list[Any], handed_at: list[int] | None = None
-) -> Callable[[str], bool]:
-    """The release of a run's lease of a listed limit (for
-    ``LeaseSet.release_through``): the slot is given back and the first name
-    waiting for the limit is woken in one call (``limit_release.lua``); its
+) -> None:
+    """The release of a run's lease of a listed limit (through
+    ``LeaseSet.release_through``, so it raises as ``LeaseSet.release``
+    does): the slot is given back and the first name waiting for the limit
+    is woken in one call (``limit_release.lua``); its
     reply is left in ``woken`` for :func:`wake_waiting_for` (empty: nobody),
     and the Redis time of the release (us) in ``handed_at``: when a woken
     name was noted again (a run that makes way is noted just before it)."""
@@ -392,7 +394,7 @@ def listed_releaser(
             handed_at[:] = [int(reply[1])]
         return bool(int(reply[0]))
 
-    return release
+    lease_set.release_through(release)
 
 
 def _promote_woken(

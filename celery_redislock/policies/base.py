@@ -49,8 +49,8 @@ class Context:
         slot did, and ``refused_by`` the listed limit that refused it (None:
         its own key did).  ``call`` is empty, ``send`` None.
 
-    ``release`` (:meth:`Policy.releaser`, :meth:`Policy.after_release`,
-    once the body returned or raised, or its process died):
+    ``release`` (:meth:`Policy.release` once the body returned or raised,
+    :meth:`Policy.after_release` once the worker released for a dead child):
         ``lease_set`` (the one the slot is given back through) and ``limit``
         (the name's limit now, or the one the dead run held its slot with).
         ``request`` is the run's request when the run itself releases, None
@@ -213,15 +213,16 @@ class Policy:
         its ``AsyncResult``; by default as it is."""
         return ctx.need_send()()
 
-    def releaser(self, ctx: Context) -> Callable[[str], bool] | None:
-        """Release phase, at the end of a run: how it gives its slot back, for
-        ``LeaseSet.release_through`` (``ctx.limit``: the name's limit now);
-        None: a plain release followed by :meth:`after_release`."""
-        return None
+    def release(self, ctx: Context) -> None:
+        """Release phase, at the end of a run: give ``ctx.lease_set``'s slot
+        back (``ctx.limit``: the name's limit now); raises as
+        ``LeaseSet.release`` does (``NotOwned``, ``LockLost``, a Redis
+        error).  By default a plain release (``release.lua``)."""
+        ctx.need_lease_set().release()
 
     def after_release(self, ctx: Context) -> None:
-        """Release phase: called after a slot of this policy was given back
-        without its :meth:`releaser` (a plain release, or a dead child's lease)."""
+        """Release phase: called after the worker's main process gave back a
+        slot of this policy that a dead child held (no :meth:`release` ran)."""
 
 
 def take(ctx: Context, blocking: bool) -> bool:

@@ -11,13 +11,13 @@ guarantees.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, NoReturn
 
 from ..parking.arrival import claim_or_arrive, make_way, wait_for_a_limit
 from ..parking.enqueue import NO_CHANGES, park_or_publish
-from ..parking.promotion import after_release, releaser
+from ..parking.promotion import after_release, release_and_promote
 from .base import Context, Policy, fail, take
 
 __all__ = ["Park"]
@@ -70,8 +70,8 @@ class Park(Policy):
         ``keep_latest`` sets its own)."""
         return NO_CHANGES
 
-    def releaser(self, ctx: Context) -> Callable[[str], bool]:
-        """The release that promotes the name's next tasks in the same call.
+    def release(self, ctx: Context) -> None:
+        """A release that promotes the name's next tasks in the same call.
         When the run gave a slot of a listed limit that every run of the task
         needs (its key does not depend on the call's arguments) to a name
         that waited for it (``ctx.woke``), the release holds the name's
@@ -92,8 +92,9 @@ class Park(Policy):
                     published,
                     handed_at,
                 )
-                return releaser(task, lease_set, limit, held.name, note_behind)
-        return releaser(task, lease_set, limit)
+                release_and_promote(task, lease_set, limit, held.name, note_behind)
+                return
+        release_and_promote(task, lease_set, limit)
 
     def after_release(self, ctx: Context) -> None:
         task, name, limit = ctx.task, ctx.name, ctx.need_limit()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
@@ -24,7 +25,7 @@ from ..core.rate import NO_RATE
 from ..enqueue import dedupe
 from ..enqueue.listed_limits import Need
 from ..enqueue.options import HEADER_POLICY
-from ..parking.promotion import listed_releaser, wake_waiting_for
+from ..parking.promotion import release_listed, wake_waiting_for
 from ..policies import POLICIES, Context, check_policy
 from . import listed_leases
 
@@ -56,14 +57,13 @@ def release_run(
     task_id: str,
     lease_set: LeaseSet,
     reason: str,
-    releaser: Callable[[str], bool] | None = None,
+    give_back: Callable[[], None],
     kind: str | None = None,
 ) -> None:
-    """Release what this run holds (nothing if released already); never raises a Redis error.
-
-    ``releaser`` makes the Redis call instead of a plain release (see
-    ``LeaseSet.release_through``); ``kind`` is the signal's (the task's
-    kind by default; ``"semaphore"`` for a listed limit's lease).
+    """Release what this run holds (nothing if released already) by
+    ``give_back()``, which raises as ``LeaseSet.release`` does; never raises
+    a Redis error.  ``kind`` is the signal's (the task's kind by default;
+    ``"semaphore"`` for a listed limit's lease).
 
     A lease that was lost meanwhile is logged; one that cannot be released
     (Redis unreachable) is logged and frees within its TTL, since the
@@ -74,10 +74,7 @@ def release_run(
         return  # released already (by retry())
     held = True
     try:
-        if releaser is None:
-            lease_set.release()
-        else:
-            lease_set.release_through(releaser)
+        give_back()
     except LockLost:
         held = False
         log.warning(
@@ -111,9 +108,9 @@ def release_run(
 
 def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str) -> None:
     """Give back what a run holds when its body returned, raised or retried
-    (nothing if released already), through the run's policy: its own release
-    call if it has one (``park`` promotes in the same script), else a plain
-    release followed by ``after_release``.  The name's limit is taken now, so
+    (nothing if released already), through the run's policy
+    (:meth:`~celery_redislock.policies.Policy.release`: ``park`` promotes in
+    the same script, the others release plainly).  The name's limit is taken now, so
     a raised (callable) limit fills the new slots.  First the leases of the
     run's listed limits (``limits=``), each with its own ``lock_released``
     (before the own one: a run of the same key that takes the freed own
@@ -126,8 +123,8 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
             if held.token is not None:
                 woken: list[Any] = []
                 handed_at: list[int] = []
-                releaser = listed_releaser(held, woken, handed_at)
-                release_run(task, request.id, held, reason, releaser, kind="semaphore")
+                give_back = partial(release_listed, held, woken, handed_at)
+                release_run(task, request.id, held, reason, give_back, kind="semaphore")
                 published = wake_waiting_for(task.app, held.name, woken=woken) if woken else 0
                 if published:
                     woke.append((held, published, handed_at[0] if handed_at else 0))
@@ -160,10 +157,7 @@ def _release_own(
         lease_set=lease_set,
         woke=tuple(woke),
     )
-    releaser = policy.releaser(ctx)
-    release_run(task, request.id, lease_set, reason, releaser)
-    if releaser is None:
-        policy.after_release(ctx)
+    release_run(task, request.id, lease_set, reason, partial(policy.release, ctx))
 
 
 def release_dead_child(

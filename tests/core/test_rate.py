@@ -432,7 +432,7 @@ def test_a_listed_release_gives_the_slot_back_and_wakes_the_oldest_noted_name_in
     from celery_redislock.core.keys import LeaseKeys
     from celery_redislock.core.scripts import LIMIT_BLOCK
     from celery_redislock.core.semaphore import FairSemaphore
-    from celery_redislock.parking.promotion import listed_releaser
+    from celery_redislock.parking.promotion import release_listed
 
     limit = f"shared-{uuid.uuid4().hex[:8]}"
     keys = LeaseKeys(prefix, limit)
@@ -442,11 +442,11 @@ def test_a_listed_release_gives_the_slot_back_and_wakes_the_oldest_noted_name_in
     noted = LIMIT_BLOCK(redis_client, script_keys, ["acct:k", 1, 60_000, 0, 0, 0])
     assert noted == 1  # full: noted
     woken: list[Any] = []
-    holder.release_through(listed_releaser(holder, woken))
+    release_listed(holder, woken)
     assert woken == [b"acct:k", 1, 0, 0]
     assert holder.holders() == [] and redis_client.zrange(keys.blocked, 0, -1) == []
     assert holder.acquire(blocking=False)
-    holder.release_through(listed_releaser(holder, woken))
+    release_listed(holder, woken)
     assert woken == []
 
 

@@ -177,7 +177,7 @@ def test_every_script_is_called_with_the_keys_and_args_its_header_declares(
         shared = FairSemaphore(redis_client, f"{name}-l", 1, ttl=5, prefix=prefix, index=index)
         assert shared.acquire()
         woken_by_release: list[Any] = []
-        shared.release_through(promotion.listed_releaser(shared, woken_by_release))
+        promotion.release_listed(shared, woken_by_release)
         assert woken_by_release == []  # nobody noted
     park.status(count=10)
     park.drop("t2")
