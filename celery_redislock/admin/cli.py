@@ -59,6 +59,7 @@ from .gauges import RedisGauges
 from .target import (
     MASTER_HELP,
     PREFIX_HELP,
+    SECONDS,
     URL_HELP,
     Given,
     Mistake,
@@ -109,7 +110,7 @@ def redislock(
 @click.option(
     "--watch",
     "every",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     help="With --top: redraw every S seconds until Ctrl-C.",
 )
 @connection_options
@@ -182,7 +183,7 @@ def discard_parked(target: Target, name: str, task_ids: tuple[str, ...], force: 
 
 @redislock.command()
 @click.argument("name")
-@click.argument("seconds", type=click.FloatRange(min=0, min_open=True))
+@click.argument("seconds", type=SECONDS)
 @connection_options
 def pause(target: Target, name: str, seconds: float) -> None:
     """No task of NAME starts for SECONDS (an upstream's Retry-After), for

@@ -16,6 +16,7 @@ Guaranteed:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
@@ -33,9 +34,11 @@ from ..settings import Settings, named, settings_from_app, where
 __all__ = [
     "MASTER_HELP",
     "PREFIX_HELP",
+    "SECONDS",
     "URL_HELP",
     "Given",
     "Mistake",
+    "OneLineCommand",
     "OneLineGroup",
     "Target",
     "Unreachable",
@@ -86,7 +89,23 @@ class Unreachable(click.ClickException):
     exit_code = 1
 
 
-class _OneLineCommand(click.Command):
+class _Seconds(click.FloatRange):
+    """A positive, finite number of seconds (``inf`` and ``nan`` are mistakes)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
+#: the type of every option or argument that is a number of seconds
+SECONDS = _Seconds(min=0, min_open=True)
+
+
+class OneLineCommand(click.Command):
     """Reports a bad option or argument in one line (no usage block)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -100,7 +119,7 @@ class OneLineGroup(click.Group):
     """A group whose bad options, arguments and sub-command names, and those
     of its sub-commands, are reported in one line (:class:`Mistake`)."""
 
-    command_class = _OneLineCommand
+    command_class = OneLineCommand
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
@@ -199,7 +218,7 @@ def _target(app: Any, url: str | None, prefix: str | None, master_name: str | No
     if master_name is not None:
         options["master_name"] = master_name
     try:
-        prefix = validate_prefix(prefix or settings.prefix)
+        prefix = validate_prefix(settings.prefix if prefix is None else prefix)
         client = client_from_url(settings.url, options)
     except (TypeError, ValueError) as exc:
         raise Mistake(one_line(str(exc), 1000)) from None

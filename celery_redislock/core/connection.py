@@ -251,13 +251,19 @@ def _cert_reqs(value: object) -> str:
 
 def _query_to_options(url: str, scheme: str, opts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Move the query parameters (of every part of a Sentinel list) into the
-    options, converted as redis-py converts them; the URL wins."""
+    options, converted as redis-py converts them; the URL wins.  As in
+    redis-py's ``from_url``, a ``db`` in the query wins over the path's
+    ``/N`` (the path is dropped from a TCP URL, where it would override the
+    option)."""
     items = url.split(";") if scheme == "sentinel" else [url]
     bare: list[str] = []
     for item in items:
         parts = urlsplit(item)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        if scheme not in _UNIX_SCHEMES and any(key == "db" for key, _ in query):
+            parts = parts._replace(path="")
         bare.append(urlunsplit(parts._replace(query="")))
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        for key, value in query:
             if key == "virtual_host":
                 if scheme not in _UNIX_SCHEMES:
                     raise ValueError(

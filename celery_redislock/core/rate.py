@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 _PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_NOTATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smhd])\s*$")
+_NOTATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*/\s*([smhd])\s*$")
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,16 @@ class Rate:
         return self.count / self.period
 
     def __str__(self) -> str:
+        """The rate in the notation :func:`parse_rate` reads back to the same
+        rate (``"500/m"``, ``"1000000/h"``; ``"1e-07/h"`` for the odd ones)."""
         unit = {v: k for k, v in _PERIODS.items()}.get(self.period)
-        return f"{self.count:g}/{unit}" if unit else f"{self.per_second:g}/s"
+        return f"{_number(self.count)}/{unit}" if unit else f"{_number(self.per_second)}/s"
+
+
+def _number(value: float) -> str:
+    """``value`` as the shortest text that reads back to it (``"500"``, ``"0.5"``, ``"1e-07"``)."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
 
 
 @dataclass(frozen=True)

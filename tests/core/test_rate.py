@@ -48,6 +48,19 @@ def test_rates_in_celery_notation_and_numbers(value: object, per_second: float) 
 
 
 @pytest.mark.parametrize(
+    "value",
+    ["1000000/h", "1e6/h", "1e10/s", "1e-7/h", "500/m", "0.5", 20, Rate(1, 3), Rate(7, 86400)],
+)
+def test_a_rate_written_out_reads_back_as_the_same_rate(value: object) -> None:
+    """What the CLI, ``limit show``, ``status --top`` and the web view print of
+    a rate (an override stored as text, too) is read back by ``parse_rate``
+    to the same rate: ``1000000/h`` once came out as ``1e+06/h``, which it
+    refused, so a stored override broke every command that showed it."""
+    rate = parse_rate(value)
+    assert parse_rate(str(rate)).per_second == rate.per_second
+
+
+@pytest.mark.parametrize(
     ("value", "error", "match"),
     [
         ("fast", ValueError, "must look like"),

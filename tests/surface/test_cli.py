@@ -795,12 +795,55 @@ def test_status_top_bad_values_are_one_line_with_status_2(app_module: str) -> No
         (["--top", "two"], "Invalid value for '--top'"),
         (["--top", "3", "--watch", "0"], "Invalid value for '--watch': 0.0 is not in the range"),
         (["--top", "3", "--watch", "soon"], "Invalid value for '--watch'"),
+        (["--top", "3", "--watch", "nan"], "'nan' is not a finite number of seconds"),
+        (["--top", "3", "--watch", "inf"], "'inf' is not a finite number of seconds"),
         (["--watch", "1"], "--watch goes with --top N"),
     ]:
         result = run("-A", app_module, "redislock", "status", *args)
         assert result.exit_code == 2, result.output
         assert expected in result.output and "Traceback" not in result.output
         assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_odd_numbers_and_options_are_one_line_with_status_2(app_module: str) -> None:
+    """Seconds that are not finite, an explicit empty ``--prefix`` (not the
+    app's prefix in disguise) and the web view's own options are mistakes
+    like any other: one line, status 2, never a traceback."""
+    for args, expected in [
+        (["pause", "api:acme", "inf"], "'inf' is not a finite number of seconds"),
+        (["pause", "api:acme", "nan"], "'nan' is not a finite number of seconds"),
+        (["--prefix", "", "status"], "key prefix must be non-empty"),
+        (["web", "--port", "70000"], "Invalid value for '--port'"),
+        (["web", "--bogus"], "No such option '--bogus'"),
+    ]:
+        result = run("-A", app_module, "redislock", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert expected in result.output and "Traceback" not in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_rate_override_in_any_notation_keeps_every_command_working(
+    app_module: str, redis_client: Any, prefix: str
+) -> None:
+    """``limit set --rate 1000000/h`` (278/s) is stored, and ``limit show``,
+    ``status --top`` and ``limit clear --only limit`` go on working while it
+    is in force (its text once read back as ``1e+06/h``, which broke them)."""
+    held = FairSemaphore(redis_client, "account:42", 3, ttl=60, prefix=prefix)
+    assert held.acquire(blocking=False)
+    try:
+        for args in [
+            ["limit", "set", "account:42", "--rate", "1000000/h"],
+            ["limit", "show"],
+            ["status", "--top", "5"],
+            ["limit", "clear", "account:42", "--only", "limit"],
+            ["limit", "show"],
+        ]:
+            result = run("-A", app_module, "redislock", *args)
+            assert result.exit_code == 0, (args, result.output)
+        assert "1000000/h" in result.output
+    finally:
+        run("-A", app_module, "redislock", "limit", "clear", "account:42")
+        held.release()
 
 
 def test_watch_redraws_in_place_on_a_terminal_and_stops_quietly_on_ctrl_c() -> None:

@@ -179,3 +179,21 @@ def test_sentinel_lists_with_transport_options(sentinels: SentinelGroup, prefix:
     client = client_from_url(own.url, own.transport_options)
     holds_lock_in_db(client, direct, 5, prefix)
     client.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "db"),
+    [
+        ("redis://127.0.0.1:{port}/0?db=2", 2),  # docs/urls-and-cli.md's example
+        ("redis://127.0.0.1:{port}/3", 3),
+        ("redis://127.0.0.1:{port}?db=4", 4),
+    ],
+)
+def test_a_db_in_the_query_wins_over_the_path_as_in_redis_py(
+    own_redis: RedisServer, url: str, db: int, prefix: str
+) -> None:
+    """Query options are read as redis-py's ``from_url`` reads them: a
+    ``db`` in the query selects the database even with a ``/0`` path."""
+    given = url.format(port=own_redis.port)
+    assert redis.Redis.from_url(given).connection_pool.connection_kwargs["db"] == db
+    holds_lock_in_db(client_from_url(given), on_port(own_redis.port), db, prefix)

@@ -19,13 +19,13 @@ import sys
 
 import click
 
-from ..target import Mistake, Target, connection_options, redis_errors
+from ..target import Mistake, OneLineCommand, Target, connection_options, redis_errors
 from . import WebServer
 
 __all__ = ["web"]
 
 
-@click.command(name="web")
+@click.command(name="web", cls=OneLineCommand)
 @click.option(
     "--port",
     default=8808,
