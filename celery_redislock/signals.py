@@ -58,6 +58,13 @@ exception in a receiver is logged, never raised into the task.
                    rate admits it), ``where`` (``"enqueue"``, ``"arrive"``,
                    ``"run"``, ``"pause"``)
 =================  ===========================================================
+
+``lock_acquired``, ``lock_released`` and ``lock_lost`` are sent once per
+lease, each with ``listed``: False for the task's own key, True for a
+listed limit of ``limits=`` (kind ``"semaphore"``; a run with two listed
+limits sends three ``lock_acquired``).  The worker's metrics count runs,
+so they count the own key's only (but ``redislock_lost_total``, which
+counts every lease).
 """
 
 from __future__ import annotations
@@ -76,17 +83,19 @@ __all__ = [
 ]
 
 lock_acquired = Signal(
-    name="redislock_acquired", providing_args={"task_id", "name", "token", "kind", "waited"}
+    name="redislock_acquired",
+    providing_args={"task_id", "name", "token", "kind", "waited", "listed"},
 )
 lock_contended = Signal(
     name="redislock_contended", providing_args={"task_id", "name", "kind", "policy", "refused_by"}
 )
 lock_released = Signal(
     name="redislock_released",
-    providing_args={"task_id", "name", "token", "kind", "reason", "held"},
+    providing_args={"task_id", "name", "token", "kind", "reason", "held", "listed"},
 )
 lock_lost = Signal(
-    name="redislock_lost", providing_args={"task_id", "name", "token", "kind", "reason"}
+    name="redislock_lost",
+    providing_args={"task_id", "name", "token", "kind", "reason", "listed"},
 )
 lock_parked = Signal(
     name="redislock_parked",

@@ -83,7 +83,7 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
         started = time.monotonic()
         acquired = policy.acquire(ctx)
         if acquired and needs:
-            listed_lost = lost_signal(task, request.id, kind="semaphore")
+            listed_lost = lost_signal(task, request.id, listed=True)
             acquired = _take_listed(ctx, needs, listed_lost)
             if not acquired and policy.waits_for_listed(ctx):
                 acquired = _wait_for_listed(ctx, policy, needs, listed_lost, started)
@@ -100,6 +100,7 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
                 token=held.token,
                 kind=task._redislock_kind if held is lease_set else "semaphore",
                 waited=waited,
+                listed=held is not lease_set,
             )
         return lease_set
     if ctx.refused_by is not None:  # its own lease is held: no earlier delivery has it

@@ -34,10 +34,10 @@ __all__ = ["lost_signal", "release_after_run", "release_dead_child", "release_ru
 log = logging.getLogger("celery_redislock")
 
 
-def lost_signal(task: Any, task_id: str, kind: str | None = None) -> Callable[[Any], None]:
+def lost_signal(task: Any, task_id: str, listed: bool = False) -> Callable[[Any], None]:
     """An ``on_lost`` callback sending ``lock_lost`` for this run (heartbeat
-    thread); ``kind``: the task's kind by default, ``"semaphore"`` for a
-    listed limit's lease."""
+    thread); ``listed``: for the leases of its listed limits (``kind``
+    ``"semaphore"``, not the task's)."""
 
     def on_lost(lease: Any) -> None:
         signals.lock_lost.send(
@@ -45,8 +45,9 @@ def lost_signal(task: Any, task_id: str, kind: str | None = None) -> Callable[[A
             task_id=task_id,
             name=lease.name,
             token=lease.token,
-            kind=kind or task._redislock_kind,
+            kind="semaphore" if listed else task._redislock_kind,
             reason=lease.lost_reason,
+            listed=listed,
         )
 
     return on_lost
@@ -58,12 +59,12 @@ def release_run(
     lease_set: LeaseSet,
     reason: str,
     give_back: Callable[[], None],
-    kind: str | None = None,
+    listed: bool = False,
 ) -> None:
     """Release what this run holds (nothing if released already) by
     ``give_back()``, which raises as ``LeaseSet.release`` does; never raises
-    a Redis error.  ``kind`` is the signal's (the task's kind by default;
-    ``"semaphore"`` for a listed limit's lease).
+    a Redis error.  ``listed``: the lease of a listed limit (the signal's
+    ``kind`` is then ``"semaphore"``, not the task's).
 
     A lease that was lost meanwhile is logged; one that cannot be released
     (Redis unreachable) is logged and frees within its TTL, since the
@@ -100,9 +101,10 @@ def release_run(
         task_id=task_id,
         name=lease_set.name,
         token=token,
-        kind=kind or task._redislock_kind,
+        kind="semaphore" if listed else task._redislock_kind,
         reason=reason,
         held=held,
+        listed=listed,
     )
 
 
@@ -124,7 +126,7 @@ def release_after_run(task: Any, request: Any, lease_set: LeaseSet, reason: str)
                 woken: list[Any] = []
                 handed_at: list[int] = []
                 give_back = partial(release_listed, held, woken, handed_at)
-                release_run(task, request.id, held, reason, give_back, kind="semaphore")
+                release_run(task, request.id, held, reason, give_back, listed=True)
                 published = wake_waiting_for(task.app, held.name, woken=woken) if woken else 0
                 if published:
                     woke.append((held, published, handed_at[0] if handed_at else 0))
@@ -186,7 +188,7 @@ def release_dead_child(
     )
     owners = [h.owner for h in mine]
     owners += [w.owner for w in lease_set.waiters() if w.owner.startswith(prefix)]
-    _release_dead_owners(task, task_id, pid, lease_set, owners, task._redislock_kind, reason)
+    _release_dead_owners(task, task_id, pid, lease_set, owners, reason)
     if headers.get(dedupe.HEADER):
         dedupe.clear_for(task, task_id, args, kwargs)
     if owners:
@@ -218,7 +220,7 @@ def _release_dead_listed(
         try:
             owners = [h.owner for h in reader.holders() if h.owner.startswith(prefix)]
             released += _release_dead_owners(
-                task, task_id, pid, reader, owners, "semaphore", reason
+                task, task_id, pid, reader, owners, reason, listed=True
             )
             if owners:
                 wake_waiting_for(task.app, name)
@@ -241,8 +243,8 @@ def _release_dead_owners(
     pid: int,
     lease_set: LeaseSet,
     owners: list[str],
-    kind: str,
     reason: str,
+    listed: bool = False,
 ) -> int:
     """Release each of ``owners`` (of the dead process ``pid``) from
     ``lease_set``, with a log line and ``lock_released`` each; returns how many."""
@@ -261,9 +263,10 @@ def _release_dead_owners(
             task_id=task_id,
             name=lease_set.name,
             token=None,
-            kind=kind,
+            kind="semaphore" if listed else task._redislock_kind,
             reason=reason,
             held=held,
+            listed=listed,
         )
     return len(owners)
 

@@ -11,17 +11,21 @@ once for the whole deployment.
 
 ======================================  ==============================================
 ``redislock_acquired_total``            runs that took their lock, slot or rate unit
+                                        (once per run: listed limits not counted)
 ``redislock_contended_total{outcome}``  runs or calls that met a held key: ``outcome``
                                         is ``lock_contended``'s policy (``skip``,
                                         ``retry``, ``wait``, ``raise``, ``dedupe``,
-                                        ``redelivered``), ``park`` (parked) or ``rate``
-                                        (held back by the key's rate or a pause)
-``redislock_released_total{reason}``    leases given back (``finished``, ``retry``,
-                                        ``paused``, ``worker lost``, ``terminated``,
-                                        ``time limit``)
+                                        ``redelivered``; ``park`` / ``keep_latest``
+                                        for a run a listed limit sent back), ``park``
+                                        (parked) or ``rate`` (held back by the key's
+                                        rate or a pause)
+``redislock_released_total{reason}``    runs' own leases given back (``finished``,
+                                        ``retry``, ``paused``, ``limit``, ``worker
+                                        lost``, ``terminated``, ``time limit``)
 ``redislock_reclaimed_total``           of those, freed by the main process after
                                         its child died
 ``redislock_lost_total``                leases found gone while their run went on
+                                        (listed limits' too)
 ``redislock_promoted_total``            parked tasks published to run
 ``redislock_dropped_total{reason}``     parked tasks that never run (``expired``,
                                         ``revoked``, ``discarded``, ``unclaimed``,
@@ -130,6 +134,8 @@ class WorkerMetrics:
             signal.connect(receiver, weak=False)
 
     def _acquired(self, sender: Any = None, **kw: Any) -> None:
+        if kw.get("listed"):
+            return  # a run counts once: its own key's lease
         task, kind = _labels(sender, kw)
         self._child(self.acquired, task, kind).inc()
         sent = _sent_at(sender)
@@ -143,12 +149,16 @@ class WorkerMetrics:
         self._child(self.contended, *_labels(sender, kw), str(kw.get("policy"))).inc()
 
     def _parked(self, sender: Any = None, **kw: Any) -> None:
+        if kw.get("where") == "limit":
+            return  # sent back by a listed limit: counted by its lock_contended
         self._child(self.contended, *_labels(sender, kw), "park").inc()
 
     def _rate_limited(self, sender: Any = None, **kw: Any) -> None:
         self._child(self.contended, *_labels(sender, kw), "rate").inc()
 
     def _released(self, sender: Any = None, **kw: Any) -> None:
+        if kw.get("listed"):
+            return  # a run counts once: its own key's lease
         task, kind = _labels(sender, kw)
         reason = str(kw.get("reason"))
         self._child(self.released, task, kind, reason).inc()

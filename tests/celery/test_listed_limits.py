@@ -35,6 +35,7 @@ from celery_redislock import (
 from celery_redislock.admin.format import format_parked
 from celery_redislock.core.park import Parking
 from celery_redislock.parking.admin import revoke as park_revoke
+from celery_redislock.testing.servers import free_port
 from tests.celery.test_rate import cli
 from tests.celery_apps.listed import REGION, SHARED, SLOW, create_listed_app
 from tests.celery_harness import worker_factory
@@ -2043,3 +2044,43 @@ def test_a_wake_up_that_runs_out_of_tries_leaves_the_rest_unheld(
     status = parking.status()
     assert (status.in_flight, status.parked, status.waits_for) == (2, 2, None)
     assert blocked(redis_client, prefix) == []
+
+
+def test_the_worker_metrics_count_a_run_once_and_a_refusal_once(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """docs/observability.md: ``redislock_acquired_total`` counts runs (a run
+    with a listed limit sends ``lock_acquired`` for each lease, with
+    ``listed``), the ``wait`` histogram one per start, and a run the listed
+    limit sent back counts once as ``contended{outcome="park"}`` (its
+    ``lock_contended``; its ``lock_parked`` is not counted again), with its
+    own slot given back as ``released{reason="limit"}``."""
+    from tests.celery.test_metrics import sample, scrape
+
+    port = free_port()
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    scene.config["metrics_port"] = str(port)
+    held, refused = scene.holder_and_waiter("a", "b", duration=0.1)
+    scene.open("a")
+    assert held.get(timeout=60) == 0 and refused.get(timeout=60) == 0
+    scene.wait_nothing_held(SHARED, "acct:a", "acct:b")
+    listed = [
+        s
+        for s in scene.app.recorder.signals()  # type: ignore[attr-defined]
+        if s["signal"] == "redislock_acquired" and s.get("listed")
+    ]
+    assert [s["name"] for s in listed] == [SHARED, SHARED]  # the signals name each lease
+    task = "listed.charge_park"
+
+    def seen() -> dict[str, float]:
+        samples = scrape(port)
+        return {
+            "acquired": sample(samples, "redislock_acquired_total", task=task),
+            "wait": sample(samples, "redislock_wait_seconds_count", task=task),
+            "park": sample(samples, "redislock_contended_total", task=task, outcome="park"),
+            "finished": sample(samples, "redislock_released_total", task=task, reason="finished"),
+            "limit": sample(samples, "redislock_released_total", task=task, reason="limit"),
+        }
+
+    wait_for(lambda: seen()["finished"] >= 2, 30, message="both releases counted")
+    assert seen() == {"acquired": 2, "wait": 2, "park": 1, "finished": 2, "limit": 1}
