@@ -112,23 +112,13 @@ from .liveness import holder_fields
 from .owners import HOSTNAME, new_owner
 from .replication import acknowledged_by
 from .scripts import ACQUIRE, INSPECT, RELEASE, text
-from .validation import check_timeout, check_ttl
+from .validation import check_client, check_timeout, check_ttl
 
 __all__ = ["WAIT_LEASE", "Holder", "LeaseSet", "Waiter", "parse_inspect"]
 
 WAIT_LEASE = 5.0
 
 Self = TypeVar("Self", bound="LeaseSet")
-
-
-def _check_client(client: object) -> Any:
-    if not callable(getattr(client, "evalsha", None)) or not callable(
-        getattr(client, "blpop", None)
-    ):
-        raise TypeError(
-            f"client must be a redis-py client (redis.Redis or RedisCluster), got {client!r}"
-        )
-    return client
 
 
 def _socket_timeout(client: Any) -> float | None:
@@ -180,7 +170,7 @@ class LeaseSet:
         replica_timeout: float = 1.0,
         index: bool = False,
     ) -> None:
-        self.client = _check_client(client)
+        self.client = check_client(client)
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise ValueError(f"replicas must be an int >= 0, got {replicas!r}")
         self.replicas = replicas

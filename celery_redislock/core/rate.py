@@ -41,7 +41,7 @@ from typing import Any
 
 from .keys import DEFAULT_PREFIX, RateKeys, validate_name, validate_prefix
 from .scripts import RATE_ACQUIRE, RATE_PAUSE
-from .validation import check_timeout
+from .validation import check_client, check_timeout
 
 __all__ = [
     "NO_RATE",
@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 _PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: the longest interval between two starts a rate may ask for (seconds)
+MAX_INTERVAL = 100_000_000.0
 _NOTATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*/\s*([smhd])\s*$")
 
 
@@ -134,6 +136,16 @@ def parse_rate(value: object, what: str = "rate") -> Rate:
         rate = Rate(float(value), 1.0)
     if not (math.isfinite(rate.count) and rate.count > 0 and rate.period > 0):
         raise ValueError(f"{what} must be a positive, finite rate; got {value!r}")
+    # Redis keeps a rate's schedule in whole microseconds, in a double.
+    if rate.interval < 1e-6:
+        raise ValueError(
+            f"{what} must be at most 1000000/s (one start a microsecond); got {value!r}"
+        )
+    if rate.interval > MAX_INTERVAL:
+        raise ValueError(
+            f"{what} must be at least one start per {MAX_INTERVAL:.0f} s (about three years); "
+            f"got {value!r}"
+        )
     return rate
 
 
@@ -192,7 +204,7 @@ class RateLimiter:
         burst: int = 1,
         prefix: str = DEFAULT_PREFIX,
     ) -> None:
-        self.client = client
+        self.client = check_client(client)
         self.name = validate_name(name)
         self.rate = parse_rate(rate)
         self.burst = check_burst(burst)

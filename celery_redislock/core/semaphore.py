@@ -50,6 +50,11 @@ class FairSemaphore(LeaseSet):
 
     def locked(self) -> bool:
         """Whether every slot is held (by anyone), from Redis: an acquire now
-        would not be granted.  Like ``asyncio.Semaphore.locked()``; it says
-        nothing about queued waiters, and holders may come and go right after."""
-        return len(self.holders()) >= self.limit
+        would not be granted, by this semaphore's limit or by a holder's own
+        (a ``RedisLock`` holding the name is alone; a holder of a lower
+        limit admits nobody beside as many holders).  Like
+        ``asyncio.Semaphore.locked()``; it says nothing about queued waiters
+        nor run-time overrides, and holders may come and go right after."""
+        holders = self.holders()
+        limits = [h.capacity.slots for h in holders if h.capacity is not None]
+        return len(holders) >= min([self.limit, *limits])

@@ -49,7 +49,7 @@ def test_rates_in_celery_notation_and_numbers(value: object, per_second: float) 
 
 @pytest.mark.parametrize(
     "value",
-    ["1000000/h", "1e6/h", "1e10/s", "1e-7/h", "500/m", "0.5", 20, Rate(1, 3), Rate(7, 86400)],
+    ["1000000/h", "1e6/h", "1e6/s", "1e-5/s", "500/m", "0.5", 20, Rate(1, 3), Rate(7, 86400)],
 )
 def test_a_rate_written_out_reads_back_as_the_same_rate(value: object) -> None:
     """What the CLI, ``limit show``, ``status --top`` and the web view print of
@@ -69,6 +69,9 @@ def test_a_rate_written_out_reads_back_as_the_same_rate(value: object) -> None:
         (-5, ValueError, "positive"),
         (float("inf"), ValueError, "finite"),
         ("10/w", ValueError, "must look like"),
+        ("1e10/s", ValueError, "at most 1000000/s"),  # below Redis's microsecond
+        ("1e-9/d", ValueError, "at least one start per 100000000 s"),
+        (1e-300, ValueError, "at least one start per"),
         (True, TypeError, "rate must be"),
         (None, TypeError, "rate must be"),
         ([10], TypeError, "rate must be"),

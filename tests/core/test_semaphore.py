@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from celery_redislock import AcquireTimeout, FairSemaphore
+from celery_redislock import AcquireTimeout, FairSemaphore, RedisLock
 from tests import procs
 from tests.conftest import keys_with_prefix
 from tests.waiting import wait_for
@@ -109,3 +109,18 @@ def test_expired_slot_is_purged_and_not_revived(redis_client: Any, prefix: str) 
     assert stale.refresh() is False
     assert [h.owner for h in fresh.holders()] == [fresh.lease.owner]  # type: ignore[union-attr]
     fresh.release()
+
+
+def test_locked_counts_a_holders_own_limit(redis_client: Any, prefix: str) -> None:
+    """``locked()`` says whether an acquire now would be granted: a
+    ``RedisLock`` holding the name is alone, whatever this semaphore's limit."""
+    lock = RedisLock(redis_client, "mixed", prefix=prefix)
+    slots = FairSemaphore(redis_client, "mixed", 5, prefix=prefix)
+    assert not slots.locked()
+    assert lock.acquire(blocking=False)
+    try:
+        assert not slots.acquire(blocking=False)
+        assert slots.locked()
+    finally:
+        lock.release()
+    assert not slots.locked()

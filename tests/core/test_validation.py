@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from celery_redislock import FairSemaphore, RedisLock
+from celery_redislock import FairSemaphore, RateLimiter, RedisLock
 
 
 @pytest.mark.parametrize(
@@ -22,6 +22,8 @@ from celery_redislock import FairSemaphore, RedisLock
         ({"ttl": math.inf}, ValueError, "finite"),
         ({"ttl": math.nan}, ValueError, "finite"),
         ({"ttl": 0.001}, ValueError, "at least"),
+        ({"ttl": 1e13}, ValueError, "at most 100000000 s"),  # beyond a wait's and Redis's range
+        ({"ttl": 1e16}, ValueError, "at most 100000000 s"),
         ({"ttl": "30"}, TypeError, "number of seconds"),
         ({"ttl": True}, TypeError, "number of seconds"),
         ({"ttl": None}, TypeError, "number of seconds"),
@@ -56,6 +58,8 @@ def test_semaphore_limit_rejected(redis_client: Any, limit: Any, error: type[Exc
 def test_client_must_be_a_redis_client() -> None:
     with pytest.raises(TypeError, match="redis-py client"):
         RedisLock("redis://localhost", "x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="redis-py client"):
+        RateLimiter(None, "api", "10/s")
 
 
 def test_acquire_arguments(redis_client: Any, prefix: str) -> None:
