@@ -396,3 +396,27 @@ def test_coalescing_with_a_callable_key_runs_every_call_when_eager(
     assert [r.state for r in results] == ["SUCCESS"] * 3 and len(ran) == 3
     if "lock_throttle" in coalescing:  # starts at least a window apart
         assert all(b - a >= 0.2 - 0.01 for a, b in itertools.pairwise(ran))
+
+
+@pytest.mark.parametrize("form", ["naive", "aware", "iso"])
+def test_a_dedupe_marker_lives_through_an_eta_in_each_form_celery_takes(
+    form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lock_dedupe``'s marker lives ``lock_dedupe_ttl`` past the eta. A
+    naive eta is UTC for Celery (the app's timezone): on a host whose local
+    time is not UTC the marker must not be hours short or long."""
+    from celery_redislock.enqueue.dedupe import marker_ttl
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        due = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=100)
+        eta = {
+            "naive": due.replace(tzinfo=None),
+            "aware": due,
+            "iso": due.isoformat(),
+        }[form]
+        assert 150 < marker_ttl(60, {"eta": eta}) <= 160
+    finally:
+        monkeypatch.undo()  # TZ as it was, then the process's zone from it
+        time.tzset()
