@@ -28,6 +28,7 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from ..core.connection import client_from_url
 from ..core.inspection import LeaseSetState
 from ..core.keys import validate_prefix
+from ..core.validation import MAX_TTL
 from ..diagnose import diagnose, one_line
 from ..settings import Settings, named, settings_from_app, where
 
@@ -90,7 +91,7 @@ class Unreachable(click.ClickException):
 
 
 class _Seconds(click.FloatRange):
-    """A positive, finite number of seconds (``inf`` and ``nan`` are mistakes)."""
+    """A positive number of seconds up to ``MAX_TTL`` (``inf`` and ``nan`` are mistakes)."""
 
     name = "seconds"
 
@@ -102,7 +103,7 @@ class _Seconds(click.FloatRange):
 
 
 #: the type of every option or argument that is a number of seconds
-SECONDS = _Seconds(min=0, min_open=True)
+SECONDS = _Seconds(min=0, max=MAX_TTL, min_open=True)
 
 
 class OneLineCommand(click.Command):

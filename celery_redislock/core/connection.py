@@ -253,14 +253,16 @@ def _query_to_options(url: str, scheme: str, opts: dict[str, Any]) -> tuple[str,
     """Move the query parameters (of every part of a Sentinel list) into the
     options, converted as redis-py converts them; the URL wins.  As in
     redis-py's ``from_url``, a ``db`` in the query wins over the path's
-    ``/N`` (the path is dropped from a TCP URL, where it would override the
-    option)."""
+    ``/N`` (the path is dropped from a ``redis://`` / ``rediss://`` URL,
+    where it would override the option; a Cluster's path is still checked
+    for database 0)."""
     items = url.split(";") if scheme == "sentinel" else [url]
     bare: list[str] = []
     for item in items:
         parts = urlsplit(item)
         query = parse_qsl(parts.query, keep_blank_values=True)
-        if scheme not in _UNIX_SCHEMES and any(key == "db" for key, _ in query):
+        keys = {key for key, _ in query}
+        if scheme in ("redis", "rediss", "sentinel") and "db" in keys and "cluster" not in keys:
             parts = parts._replace(path="")
         bare.append(urlunsplit(parts._replace(query="")))
         for key, value in query:

@@ -77,15 +77,18 @@ class Rate:
         return self.count / self.period
 
     def __str__(self) -> str:
-        """The rate in the notation :func:`parse_rate` reads back to the same
-        rate (``"500/m"``, ``"1000000/h"``; ``"1e-07/h"`` for the odd ones)."""
+        """The rate in the notation :func:`parse_rate` reads (``"500/m"``,
+        ``"1000000/h"``, ``"1e-05/s"``), to 6 significant digits: what
+        ``status``, ``limit show`` and the web view show, and an override
+        stores beside its exact interval."""
         unit = {v: k for k, v in _PERIODS.items()}.get(self.period)
         return f"{_number(self.count)}/{unit}" if unit else f"{_number(self.per_second)}/s"
 
 
 def _number(value: float) -> str:
-    """``value`` as the shortest text that reads back to it (``"500"``, ``"0.5"``, ``"1e-07"``)."""
-    text = repr(float(value))
+    """``value`` to 6 significant digits, as the shortest text of that (``"500"``,
+    ``"1000000"``, ``"1.66667"``, ``"1e-05"``): no ``"1e+06"``, no float noise."""
+    text = repr(float(f"{value:.6g}"))
     return text[:-2] if text.endswith(".0") else text
 
 

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from celery.utils.time import maybe_iso8601
 from redis.exceptions import RedisError
 
 from .. import signals
@@ -54,15 +55,14 @@ def marker_key(prefix: str, name: str, task_name: str) -> str:
     return LeaseKeys(prefix, name).dedupe_marker(task_name)
 
 
-def marker_ttl(
-    dedupe_ttl: float, options: Mapping[str, Any], timezone: datetime.tzinfo | None = None
-) -> float:
+def marker_ttl(dedupe_ttl: float, options: Mapping[str, Any]) -> float:
     """How long the marker of a message sent with ``options`` lives.
 
     ``dedupe_ttl`` counted from when the message becomes due, so a delayed
     message keeps its key for its whole delay.  An ``eta`` may be a
-    datetime or an ISO 8601 string; a naive one is read in ``timezone``
-    (the app's, UTC unless set), as Celery reads it, not in the host's.
+    datetime or an ISO 8601 string (read as Celery reads it); a naive one
+    is UTC, as Celery's worker reads it, whatever the host's or the app's
+    timezone.
     """
     countdown, eta = options.get("countdown"), options.get("eta")
     delay = 0.0
@@ -70,11 +70,11 @@ def marker_ttl(
         delay = float(countdown)
     elif isinstance(eta, (datetime.datetime, str)):
         try:
-            due = datetime.datetime.fromisoformat(eta) if isinstance(eta, str) else eta
+            due = maybe_iso8601(eta) if isinstance(eta, str) else eta
         except ValueError:
-            return dedupe_ttl  # Celery refuses the call itself
+            return dedupe_ttl  # not a time the worker can read either
         if due.tzinfo is None:
-            due = due.replace(tzinfo=timezone or datetime.timezone.utc)
+            due = due.replace(tzinfo=datetime.timezone.utc)
         now = datetime.datetime.now(datetime.timezone.utc)
         delay = max(0.0, (due - now).total_seconds())
     return dedupe_ttl + delay
@@ -102,7 +102,7 @@ def claim_for_call(task: Any, name: str, task_id: str, options: Mapping[str, Any
     log line and a ``lock_contended(policy="dedupe")`` signal.
     """
     client, settings = client_for(task.app)
-    ttl = marker_ttl(task.lock_dedupe_ttl, options, task.app.timezone)
+    ttl = marker_ttl(task.lock_dedupe_ttl, options)
     holder = claim(client, settings.prefix, name, task.name, task_id, ttl)
     if holder is not None:
         log.info(

@@ -398,13 +398,14 @@ def test_coalescing_with_a_callable_key_runs_every_call_when_eager(
         assert all(b - a >= 0.2 - 0.01 for a, b in itertools.pairwise(ran))
 
 
-@pytest.mark.parametrize("form", ["naive", "aware", "iso"])
+@pytest.mark.parametrize("form", ["naive", "aware", "iso", "iso with Z"])
 def test_a_dedupe_marker_lives_through_an_eta_in_each_form_celery_takes(
     form: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``lock_dedupe``'s marker lives ``lock_dedupe_ttl`` past the eta. A
-    naive eta is UTC for Celery (the app's timezone): on a host whose local
-    time is not UTC the marker must not be hours short or long."""
+    naive eta is UTC for Celery's worker, whatever the host's timezone: on
+    a host whose local time is not UTC the marker must not be hours short
+    or long; an ISO string is read as the worker reads it."""
     from celery_redislock.enqueue.dedupe import marker_ttl
 
     monkeypatch.setenv("TZ", "Asia/Tokyo")
@@ -415,6 +416,7 @@ def test_a_dedupe_marker_lives_through_an_eta_in_each_form_celery_takes(
             "naive": due.replace(tzinfo=None),
             "aware": due,
             "iso": due.isoformat(),
+            "iso with Z": due.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         }[form]
         assert 150 < marker_ttl(60, {"eta": eta}) <= 160
     finally:

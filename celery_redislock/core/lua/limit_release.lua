@@ -7,7 +7,7 @@
 -- and KEYS[11] HELD (optional; release.lua's KEYS[8]).
 -- ARGV[1] owner
 -- ARGV[2] wake_ms    as release.lua's ARGV[2]
--- ARGV[3] ttl_ms     as limit_wake.lua's ARGV[3]
+-- ARGV[3] ttl_ms     as limit_wake.lua's ARGV[2]
 -- Returns {held, at, name, asks, holds, room} or {held, at}: held as
 -- release.lua's reply; at the Redis time of this call (us), when a name
 -- woken here was noted again (limit_block.lua's ARGV[6] for the name of
