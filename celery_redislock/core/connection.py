@@ -253,9 +253,9 @@ def _query_to_options(url: str, scheme: str, opts: dict[str, Any]) -> tuple[str,
     """Move the query parameters (of every part of a Sentinel list) into the
     options, converted as redis-py converts them; the URL wins.  As in
     redis-py's ``from_url``, a ``db`` in the query wins over the path's
-    ``/N`` (the path is dropped from a ``redis://`` / ``rediss://`` URL,
-    where it would override the option; a Cluster's path is still checked
-    for database 0)."""
+    ``/N`` (the path is dropped from a ``redis://``, ``rediss://`` or
+    ``sentinel://`` URL, where it would override the option; a Cluster's
+    path is still checked for database 0)."""
     items = url.split(";") if scheme == "sentinel" else [url]
     bare: list[str] = []
     for item in items:
