@@ -273,6 +273,17 @@ class LockRequest(Request):  # type: ignore[misc]
         if pid and pid != os.getpid() and hasattr(self.task, "redislock_cleanup"):
             self.watcher.watch(self)
 
+    def send_event(self, type: str, **fields: Any) -> None:  # noqa: A002 (Celery's name)
+        """Celery's ``send_event``; its ``task-revoked`` (revoked before the
+        run, expired, or terminated) also carries ``state: "REVOKED"``.
+        Celery's state machine (``celery.events.state``, what Flower and the
+        event exporters build on) ranks custom states such as ``PROMOTED``
+        above ``REVOKED``, so without the field a promoted task revoked by
+        Celery's own ``revoke`` showed ``PROMOTED`` there for ever."""
+        if type == "task-revoked":
+            fields.setdefault("state", "REVOKED")
+        super().send_event(type, **fields)
+
     def on_timeout(self, soft: bool, timeout: float) -> None:
         super().on_timeout(soft, timeout)
         if not soft:

@@ -8,7 +8,8 @@
 * Celery's event stream tells the same story: a consumer built on
   ``celery.events.state.State`` (what Flower and the Prometheus exporters
   build on) ends every call of a mixed scenario (skip, park and promote,
-  ``keep_latest`` replace, throttle, retry requeue, revoked parked task) in
+  ``keep_latest`` replace, throttle, retry requeue, revoked parked task,
+  Celery's own revoke of a parked task and of a promoted run) in
   the state the result backend holds, with the task's name; requeues count
   as retries there.
 * Flower's own HTTP API shows the same (skips, naming ``pip install flower``,
@@ -239,6 +240,16 @@ def mixed_scenario(app: Celery, config: dict[str, str]) -> dict[str, str]:
     dropped = call("mon.capped", "f", 0.0)  # parked, then revoked: never runs
     wait_for(lambda: app.AsyncResult(dropped.id).state == "PARKED", 30, 0.02, "f parked")
     revoke(app, dropped.id, "cap:f")
+    # Celery's own revoke, which the park does not see: its worker refuses the
+    # promoted message, or terminates the promoted run, and sends the event.
+    held = call("mon.capped", "g", 2.0)  # runs
+    wait_for(lambda: held.id in ran(app, config), 30, 0.02, "the g holder")
+    refused = call("mon.capped", "g", 0.0)  # parked, revoked by Celery, promoted: never runs
+    killed = call("mon.capped", "g", 60.0)  # parked, promoted, terminated while it runs
+    wait_for(lambda: app.AsyncResult(killed.id).state == "PARKED", 30, 0.02, "g parked")
+    assert app.control.revoke(refused.id, reply=True, timeout=5), "no worker took the revoke"
+    wait_for(lambda: killed.id in ran(app, config), 60, 0.02, "the terminated body")
+    assert app.control.revoke(killed.id, terminate=True, reply=True, timeout=5)
     return calls
 
 
