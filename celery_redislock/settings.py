@@ -149,6 +149,7 @@ _BROKER_SOURCES = {
     "broker_write_url": "setting broker_write_url",
     "CELERY_BROKER_URL": "CELERY_BROKER_URL in the environment (celery -b sets it)",
     "broker_url": "setting broker_url",
+    "broker_host": "setting broker_host (Celery's older name of broker_url)",
 }
 
 

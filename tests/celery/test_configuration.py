@@ -532,6 +532,13 @@ def test_settings_that_are_not_read_are_named_with_the_form_that_works() -> None
             "redis://w/4",
             "CELERY_BROKER_WRITE_URL",
         ),
+        ({"broker_host": "redis://h/6"}, {}, "redis://h/6", "broker_host"),
+        (
+            {"broker_url": "redis://a/1", "broker_host": "redis://h/6"},
+            {},
+            "redis://a/1",
+            "broker_url",
+        ),
         ({"broker_url": "redis://a/1;redis://b/1"}, {}, "redis://a/1", "broker_url"),
         ({"broker_url": ["redis://a/5", "redis://b/5"]}, {}, "redis://a/5", "broker_url"),
         (
@@ -557,6 +564,13 @@ def test_the_broker_is_resolved_as_celery_resolves_it(
     app.conf.update(conf)
     settings = settings_from_app(app)
     assert (settings.url, settings.url_setting, settings.is_broker) == (url, source, True)
+
+
+def test_an_old_style_broker_host_is_the_broker_as_celery_reads_it() -> None:
+    app = configured({"BROKER_HOST": "redis://h/7"})
+    assert app.conf.broker_url == "redis://h/7"  # Celery's own reading
+    settings = settings_from_app(app)
+    assert (settings.url, settings.url_setting) == ("redis://h/7", "broker_host")
 
 
 def test_a_run_time_change_wins_over_the_settings_module_in_any_spelling() -> None:
