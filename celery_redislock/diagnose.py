@@ -36,6 +36,7 @@ __all__ = [
     "fail_closed",
     "one_line",
     "sentinels_reachable",
+    "settings_failed",
     "short_error",
 ]
 
@@ -128,14 +129,25 @@ class _MarkedMeta(type):
 
 
 class FailedClosed(Exception, metaclass=_MarkedMeta):
-    """Matches (``isinstance``) exactly the Redis errors a guarded task re-raised
-    after :func:`fail_closed` logged them; never raised itself.
+    """Matches (``isinstance``) exactly the errors a guarded task re-raised
+    after :func:`fail_closed` or :func:`settings_failed` logged them; never
+    raised itself.
 
     It is the guarded tasks' default ``Task.throws``, so Celery reports such a
     failure at INFO without a traceback: the task's ERROR line already says
     which Redis and setting, and the error keeps its own type
     (``redis.exceptions.ConnectionError``...) for callers and result backends.
     """
+
+
+def settings_failed(task: str, task_id: str, lock: str, exc: BaseException) -> str:
+    """The one-line ERROR message for a task not run because the app's
+    ``redislock_*`` settings (or the broker they default to) cannot be used;
+    marks ``exc`` as :class:`FailedClosed`, so Celery adds no traceback.  The
+    worker's start check has said the same in one WARNING."""
+    with contextlib.suppress(AttributeError):
+        setattr(exc, "_redislock_failed_closed", True)  # noqa: B010 (a marker, see FailedClosed)
+    return f"{task}[{task_id}] not run, lock {lock!r}: settings (fail closed): {exc}"
 
 
 def fail_closed(app: Any, task: str, task_id: str, lock: str, exc: BaseException) -> str:

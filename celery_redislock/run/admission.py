@@ -26,12 +26,13 @@ from .. import signals
 from ..core.leaseset import LeaseSet
 from ..core.owners import execution_prefix, execution_tag
 from ..core.park import Parking
-from ..diagnose import fail_closed
+from ..diagnose import fail_closed, settings_failed
 from ..enqueue import options
 from ..enqueue.listed_limits import Need, check_policy_with_limits
 from ..parking.states import StillPending
 from ..policies import POLICIES, Context, announce_contended, check_policy, requeue
 from ..policies.base import Policy, give_back
+from ..settings import client_for
 from . import listed_leases
 from .release import lost_signal
 
@@ -55,6 +56,11 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     if needs:
         check_policy_with_limits(task.name, policy.name)
     on_lost = lost_signal(task, request.id)
+    try:
+        client_for(task.app)  # settings read once per process: a mistake ends here
+    except (TypeError, ValueError) as exc:
+        log.error("%s", settings_failed(task.name, request.id, name, exc))
+        raise
     try:
         lease_set: LeaseSet = task.redislock_leaseset(
             name,

@@ -273,7 +273,7 @@ class LockRequest(Request):  # type: ignore[misc]
         if pid and pid != os.getpid() and hasattr(self.task, "redislock_cleanup"):
             self.watcher.watch(self)
 
-    def send_event(self, type: str, **fields: Any) -> None:  # noqa: A002 (Celery's name)
+    def send_event(self, type: str, **fields: Any) -> None:
         """Celery's ``send_event``; its ``task-revoked`` (revoked before the
         run, expired, or terminated) also carries ``state: "REVOKED"``.
         Celery's state machine (``celery.events.state``, what Flower and the

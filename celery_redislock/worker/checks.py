@@ -38,6 +38,7 @@ from ..settings import (
     MISSING,
     SETTINGS,
     Settings,
+    client_for,
     forms_of,
     layers_of,
     settings_from_app,
@@ -123,22 +124,29 @@ def _version_problems(client: Any, where: str) -> list[str]:
     return problems
 
 
-def check_at_start(app: Any) -> None:
+def check_at_start(app: Any) -> bool:
     """At worker start (worker/lifecycle.py), for an app with guarded tasks: log each
     problem as one WARNING (a setting that looks like ours but is not read
-    is one), or that the lock Redis is reachable, naming it."""
+    is one), or that the lock Redis is reachable, naming it.  Returns
+    whether the settings can be used at all (False: the WARNING said why;
+    the worker starts, its guarded tasks fail closed)."""
     for line in unread_settings(app):
         log.warning("%s", line)
     try:
         settings = settings_from_app(app)
     except (TypeError, ValueError) as exc:
         log.warning("celery-redislock: %s%s", exc, _CONSEQUENCE)
-        return
+        return False
     problems, where = _check(settings)
     for problem in problems:
         log.warning("%s", problem)
     if not problems:
         log.info("celery-redislock: lock Redis at %s reachable", where)
+    try:
+        client_for(app)  # the client the tasks and the sweeper use
+    except (TypeError, ValueError):
+        return False  # a URL no client takes: _check said so
+    return True
 
 
 def unread_settings(app: Any) -> list[str]:

@@ -61,9 +61,9 @@ def _ready(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
     if app is None or not guarded(app):
         return
-    checks.check_at_start(app)
-    start_sweeper(app)
     liveness.RECORDER.enable()
+    if checks.check_at_start(app):  # else no Redis to sweep: the check said why
+        start_sweeper(app)
 
 
 def _process_init(**_: Any) -> None:

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from celery_redislock.core.acl import CLIENT_COMMANDS, SCRIPT_COMMANDS
@@ -102,3 +103,40 @@ def test_a_healthy_lock_redis_gives_no_warning(
     )
     assert not [w for w in log_lines(worker.log_path, "WARNING") if "celery-redislock" in w]
     assert "(setting redislock_url) reachable" in worker.log_path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "said"),
+    [
+        ("lock_redis", "redis://127.0.0.1:xx/0", "bad port"),  # no client takes the URL
+        ("ttl", "-1", "redislock_default_ttl must be a positive number"),  # settings refused
+    ],
+)
+def test_unusable_settings_warn_once_at_start_and_each_task_logs_one_error_line(
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
+    setting: str,
+    value: str,
+    said: str,
+) -> None:
+    config = {**make_config(redis_url, redis_url), setting: value}
+    worker = celery_worker_factory(config, concurrency=1)
+
+    def start_warning() -> list[str]:
+        return [w for w in log_lines(worker.log_path, "WARNING") if "celery-redislock" in w]
+
+    (warning,) = wait_for(start_warning, 60, message="the start-up warning")
+    assert said in warning and "fail closed" in warning
+
+    app = create_app({**config, "ttl": "30"})  # the caller's own settings are fine
+    result = app.send_task("basic.sleeper", ("x", 0.1))
+    wait_for(lambda: result.state == "FAILURE", 60, message="FAILURE")
+    assert type(result.result).__name__ == "ValueError"
+    reported = rf"INFO/.*Task basic.sleeper\[{result.id}\] raised expected"
+    wait_for(lambda: re.search(reported, worker.log_path.read_text()), 30, message="INFO line")
+    (error,) = log_lines(worker.log_path, "ERROR")
+    assert f"basic.sleeper[{result.id}] not run, lock 'sleep:x': settings (fail closed)" in error
+    assert said in error
+    log = worker.log_path.read_text()
+    assert "Traceback" not in log and "Signal handler" not in log
+    assert len(start_warning()) == 1
