@@ -34,7 +34,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from celery.exceptions import Ignore
@@ -259,8 +259,7 @@ def store_state(
     with _guarded(app, lock, task_id, needs, guard) as holds:
         if not holds:
             return False
-        with contextlib.suppress(NotImplementedError, AttributeError):
-            app.backend.store_result(task_id, meta, state)
+        _write(app, task_id, state, None, lambda: app.backend.store_result(task_id, meta, state))
         events.send(app, f"task-{state.lower()}", task_id, name=task_name, **_fields(meta))
         return True
 
@@ -280,8 +279,13 @@ def mark_revoked(
     that name's park: it never ran) under the task's guard (``guard``: its
     holder, when the caller holds it already)."""
     with _guarded(app, lock, task_id, "", guard):
-        with contextlib.suppress(NotImplementedError, AttributeError):
-            app.backend.mark_as_revoked(task_id, reason, request=request)
+        _write(
+            app,
+            task_id,
+            "REVOKED",
+            request,
+            lambda: app.backend.mark_as_revoked(task_id, reason, request=request),
+        )
         # state: Celery's event state machine ranks its custom states (PARKED)
         # above REVOKED and would keep a revoked parked task PARKED; an event's
         # fields are applied to the task as they are, so this one says it.
@@ -311,9 +315,49 @@ def mark_failed(
     """FAILURE with ``exc`` in the result backend (errbacks and a chord it
     belongs to are told), sent as ``task-failed`` with the task's name."""
     with _guarded(app, lock, task_id, ""):
-        with contextlib.suppress(NotImplementedError, AttributeError):
-            app.backend.mark_as_failure(task_id, exc, request=request)
+        _write(
+            app,
+            task_id,
+            "FAILURE",
+            request,
+            lambda: app.backend.mark_as_failure(task_id, exc, request=request),
+        )
         events.send(app, "task-failed", task_id, name=task_name, exception=repr(exc))
+
+
+def _write(app: Any, task_id: str, state: str, request: Any, write: Callable[[], Any]) -> None:
+    """Run ``write``, the result-backend write of ``state`` for ``task_id``.
+
+    A backend that stores nothing (Celery's ``DisabledBackend``) is skipped
+    quietly.  A write that fails is one WARNING and nothing more: the
+    decision behind the state is already made in Redis (the task is parked,
+    promoted, dropped...), so an exception here would only tell a caller
+    that a parked call failed, and a caller that sent it again would run it
+    twice.  Celery's ``rpc://`` backend sends a state to the reply queue of
+    the *current* task's caller: a state of another task (one this process
+    parks, promotes or drops) would reach the wrong caller, or fail, so it is
+    not written there; its events still carry it (docs/observability.md)."""
+    if request is None and _is_rpc(app.backend) and _current_task_id() != task_id:
+        return
+    try:
+        write()
+    except (NotImplementedError, AttributeError):
+        pass  # no result backend configured
+    except Exception as exc:  # see the docstring
+        log.warning("%s of %s not written to the result backend: %r", state, task_id, exc)
+
+
+def _is_rpc(backend: Any) -> bool:
+    from celery.backends.rpc import RPCBackend
+
+    return isinstance(backend, RPCBackend)
+
+
+def _current_task_id() -> str | None:
+    from celery import current_task
+
+    request = getattr(current_task, "request", None)
+    return getattr(request, "id", None)
 
 
 def _fields(meta: dict[str, Any]) -> dict[str, Any]:

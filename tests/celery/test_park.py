@@ -815,6 +815,36 @@ def test_promotion_resends_where_per_call_routing_sent_the_task(
     assert_nothing_left(app, key)
 
 
+def test_an_rpc_result_backend_parks_and_runs_each_call_once(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Celery's ``rpc://`` backend carries a task's states only from its own
+    run to its caller: a call that parks does not raise (its PARKED is not
+    written there, it would reach no one or the wrong caller), and every
+    call runs once and returns its result to its own caller."""
+    require_rabbitmq()
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "broker": RABBITMQ_URL,
+        "backend": "rpc://",
+        "park_deadline": "30",
+        "park_sweep": "0.5",
+    }
+    app = create_app(config)
+    task = app.tasks["basic.parked"]
+    with worker_factory(tmp_path_factory.mktemp("park-rpc")) as start:
+        start(config, pool="prefork", concurrency=4)
+        results = [task.delay(key, n, 120, True) for n in range(5)]  # three park: no exception
+        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        wait_for(lambda: parking(app, key).status().parked == 3, 60, message="three parked")
+        open_gate(app, key)
+        assert [r.get(timeout=120)["name"] for r in results] == [f"park:{key}"] * 5
+    assert_all_ran_once(app, key, [r.id for r in results])
+    assert_nothing_left(app, key)
+
+
 def test_dedupe_markers_follow_the_parked_task_s_real_fate(app: Any, worker: Any, key: str) -> None:
     """Parked at arrival: the marker stays (a second call is not published).
     Expired while parked: the marker goes (a later call is published and runs)."""

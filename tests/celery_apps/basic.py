@@ -6,8 +6,9 @@ test process builds an equal app with :func:`create_app` and the same config,
 so task names and settings match.
 
 Config keys (``REDISLOCK_TEST_<KEY>`` in the worker's environment):
-``redis`` (result backend, default broker and lock Redis), ``prefix`` (lock
-key prefix, queue name and record keys), ``broker``, ``lock_redis``, ``ttl``
+``redis`` (default result backend, broker and lock Redis), ``prefix`` (lock
+key prefix, queue name and record keys), ``broker``, ``backend`` (the result
+backend, e.g. ``rpc://``), ``lock_redis``, ``ttl``
 (``redislock_default_ttl``), ``prefetch``, ``acks_late`` ("1"),
 ``visibility`` (Redis broker ``visibility_timeout``), ``lost_wait``
 (Celery's ``worker_lost_wait``, default 20 s), ``ready_file``,
@@ -106,7 +107,7 @@ def create_app(config: dict[str, str]) -> Celery:
     app = Celery("basic", set_as_current=False)
     app.conf.update(
         broker_url=config.get("broker", redis_url),
-        result_backend=redis_url,
+        result_backend=config.get("backend") or redis_url,
         redislock_url=config.get("lock_redis", redis_url),
         redislock_prefix=prefix,
         redislock_default_ttl=float(config.get("ttl", 30)),
