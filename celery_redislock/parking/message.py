@@ -13,12 +13,15 @@ sends them).
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kombu.common import Broadcast
 from kombu.serialization import dumps as _kombu_dumps
 from kombu.serialization import loads as _kombu_loads
+from kombu.serialization import registry
 from kombu.utils import json as _kombu_json
 
 from ..enqueue.options import HEADER_PARK_TOKEN
@@ -111,12 +114,17 @@ _PROTOCOL_HEADERS = (
 )
 
 
-def _destination(app: Any, options: Mapping[str, Any]) -> tuple[str, str]:
-    """(exchange, routing key) that Celery's ``send_task_message`` publishes to
-    with these options: its own rule (celery.app.amqp, 5.3 to 5.7), so a
-    promotion re-sends where the original went, whatever routing form chose it
-    (``queue=``, ``routing_key=``, ``exchange=``, ``task_routes``, per call).
-    Exchange ``""`` is the anonymous exchange: the routing key is the queue."""
+def _destination(app: Any, options: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """(exchange, routing key, queue to declare) that Celery's
+    ``send_task_message`` publishes to with these options: its own rule
+    (celery.app.amqp, 5.3 to 5.7), so a promotion re-sends where the original
+    went, whatever routing form chose it (``queue=``, ``routing_key=``,
+    ``exchange=``, ``task_routes``, per call).  Exchange ``""`` is the
+    anonymous exchange: the routing key is the queue.  The queue to declare
+    is the one Celery declared with the original publish (a queue of the
+    app's, or named per call: ``app.amqp.queues`` has it or makes it), by
+    name; None for a per-call ``Queue`` object the app does not know (its
+    declaration cannot be rebuilt by name) or a broadcast queue."""
     queue: Any = options.get("queue")
     exchange = options.get("exchange")
     routing_key, exchange_type = options.get("routing_key"), options.get("exchange_type")
@@ -129,14 +137,17 @@ def _destination(app: Any, options: Mapping[str, Any]) -> tuple[str, str]:
             qname, queue = queue, amqp.queues[queue]
         else:
             qname = queue.name
+    declare = None
+    if queue is not None and not isinstance(queue, Broadcast) and amqp.queues.get(qname) == queue:
+        declare = str(qname)
     if exchange_type is None:
         exchange_type = getattr(getattr(queue, "exchange", None), "type", None) or "direct"
     if (not exchange or not routing_key) and exchange_type == "direct":
-        return "", str(qname)
+        return "", str(qname), declare
     if exchange is None:
         exchange = queue.exchange.name or amqp.default_exchange
         routing_key = routing_key or queue.routing_key or app.conf.task_default_routing_key
-    return str(getattr(exchange, "name", exchange) or ""), str(routing_key or "")
+    return str(getattr(exchange, "name", exchange) or ""), str(routing_key or ""), declare
 
 
 def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,7 +158,7 @@ def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> d
     content_type, content_encoding, data = kombu_dumps(body, serializer=serializer)
     extra = {k: v for k, v in options.items() if k not in _CALL_OPTIONS}
     props = {**properties, **extra}
-    exchange, routing_key = _destination(app, options)
+    exchange, routing_key, declare = _destination(app, options)
     return {
         "task": headers.get("task"),
         "headers": headers,
@@ -159,7 +170,15 @@ def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> d
         "exchange": exchange,
         "routing_key": routing_key,
         "queue": routing_key if exchange == "" else None,
+        "declare": declare,
     }
+
+
+#: the field of a worker's request (``run/request.py`` ``LockRequest``) that
+#: carries the content type of the message as it arrived, so a message parked
+#: at arrival is stored in the serializer it was sent with (a per-call
+#: ``serializer=`` may differ from the task's)
+REQUEST_CONTENT_TYPE = "redislock_content_type"
 
 
 def envelope_of_request(
@@ -177,14 +196,16 @@ def envelope_of_request(
     headers["task"] = task.name
     headers.update(request.headers or {})
     headers.pop(HEADER_PARK_TOKEN, None)
+    headers.pop(REQUEST_CONTENT_TYPE, None)
     embed = {
         "callbacks": request.callbacks,
         "errbacks": request.errbacks,
         "chain": request.chain,
         "chord": request.chord,
     }
+    sent_as = registry.type_to_name.get(getattr(request, REQUEST_CONTENT_TYPE, None) or "")
     content_type, content_encoding, data = kombu_dumps(
-        (list(args), dict(kwargs), embed), serializer=task.serializer
+        (list(args), dict(kwargs), embed), serializer=sent_as or task.serializer
     )
     delivery = request.delivery_info or {}
     props = dict(request.properties or {})
@@ -202,6 +223,7 @@ def envelope_of_request(
         "exchange": delivery.get("exchange") or "",
         "routing_key": routing_key,
         "queue": queue,
+        "declare": queue,
     }
 
 
@@ -229,7 +251,10 @@ def sent_fields_of(envelope: Mapping[str, Any]) -> dict[str, Any]:
 def republish(app: Any, envelope: Mapping[str, Any], token: int) -> None:
     """Publish a stored message again: same task id, the token in a header,
     no (past) eta, to the queue it was routed to through the anonymous
-    exchange (which cannot drop it for want of a binding)."""
+    exchange (which cannot drop it for want of a binding), declaring first
+    the queue the original publish declared, as Celery did then (so a queue
+    no worker has declared yet keeps the message, as it would have kept
+    the original)."""
     headers = dict(envelope["headers"])
     headers[HEADER_PARK_TOKEN] = str(token)
     headers["eta"] = None
@@ -237,6 +262,10 @@ def republish(app: Any, envelope: Mapping[str, Any], token: int) -> None:
     exchange, routing_key = (
         ("", queue) if queue else (envelope["exchange"], envelope["routing_key"])
     )
+    declare = None
+    if envelope.get("declare"):
+        with contextlib.suppress(KeyError):  # task_create_missing_queues off
+            declare = [app.amqp.queues[envelope["declare"]]]
     with app.producer_or_acquire(None) as producer:
         producer.publish(
             base64.b64decode(envelope["body"]),
@@ -248,6 +277,7 @@ def republish(app: Any, envelope: Mapping[str, Any], token: int) -> None:
             compression=envelope.get("compression"),
             retry=True,
             retry_policy=app.conf.task_publish_retry_policy,
+            declare=declare,
             **envelope["properties"],
         )
 

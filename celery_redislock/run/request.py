@@ -49,6 +49,7 @@ from ..core.owners import execution_prefix
 from ..core.park import Parking
 from ..core.scripts import REFRESH_PREFIX
 from ..enqueue.options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
+from ..parking.message import REQUEST_CONTENT_TYPE
 from ..settings import client_for
 from .listed_leases import renewal_names
 
@@ -267,6 +268,11 @@ class LockRequest(Request):  # type: ignore[misc]
 
     #: the main process's watcher of children (replaceable, e.g. in a subclass)
     watcher: ChildWatcher = WATCHER
+
+    def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(message, *args, **kwargs)
+        if self._content_type:  # what the pool child re-serializes a parked message in
+            self._request_dict[REQUEST_CONTENT_TYPE] = self._content_type
 
     def on_accepted(self, pid: int, time_accepted: float) -> None:
         super().on_accepted(pid, time_accepted)

@@ -815,6 +815,80 @@ def test_promotion_resends_where_per_call_routing_sent_the_task(
     assert_nothing_left(app, key)
 
 
+@pytest.mark.parametrize("routed", ["a queue named per call", "an app queue on a topic exchange"])
+def test_a_promotion_declares_the_queue_its_call_would_have_declared(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory, routed: str
+) -> None:
+    """A call parked at enqueue was never published, so nothing declared its
+    queue: the promotion declares it as Celery's publish would have, and a
+    worker that starts consuming it later gets the task (RabbitMQ drops a
+    message sent to a queue that does not exist)."""
+    require_rabbitmq()
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "broker": RABBITMQ_URL,
+        "park_deadline": "300",  # a re-publish after the deadline would come too late
+        "park_sweep": "0.5",
+        "topic": "1",
+    }
+    prefix = config["prefix"]
+    app = create_app(config)
+    queue = f"late-{prefix}" if routed.startswith("a queue named") else f"special-{prefix}"
+    task = app.tasks["basic.parked"]
+    try:
+        with worker_factory(tmp_path_factory.mktemp("park-declare")) as start:
+            start(config, pool="prefork", concurrency=2, extra_args=("-Q", f"q-{prefix}"))
+            holders = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+            wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+            late = task.apply_async((key, 9, 0.1), queue=queue)
+            wait_for(lambda: parking(app, key).status().parked == 1, 60, message="parked")
+            open_gate(app, key)
+            wait_for(lambda: late.state == park.PROMOTED, 60, message="promoted")
+            start(config, pool="solo", concurrency=1, extra_args=("-Q", queue))
+            assert late.get(timeout=60)["name"] == f"park:{key}"
+            for holder in holders:
+                holder.get(timeout=60)
+    finally:
+        with app.connection_for_write() as connection:
+            channel = connection.default_channel
+            channel.queue_delete(queue)
+            if queue.startswith("late-"):
+                channel.exchange_delete(queue)
+    assert_all_ran_once(app, key, [*(h.id for h in holders), late.id])
+
+
+def test_a_call_parked_at_arrival_keeps_the_serializer_it_was_sent_with(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A per-call ``serializer=`` other than the task's: the message parked on
+    arrival is stored, and promoted, in the serializer it came in (a frozenset
+    has no JSON form)."""
+    config = {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "park_sweep": "0.5",
+        "pickle": "1",
+    }
+    app = create_app(config)
+    with worker_factory(tmp_path_factory.mktemp("park-serializer")) as start:
+        start(config, pool="prefork", concurrency=3)  # one process free for the arrival
+        holders = [app.tasks["basic.parked"].delay(key, n, 120, True) for n in range(LIMIT)]
+        wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
+        call = app.tasks["basic.parked_payload"].apply_async(
+            (key, frozenset({1})), countdown=0.2, serializer="pickle"
+        )
+        wait_for(lambda: call.state == park.PARKED, 60, message="parked at arrival")
+        open_gate(app, key)
+        assert call.get(timeout=60)["name"] == f"park:{key}"
+        for holder in holders:
+            holder.get(timeout=60)
+    (run,) = app.recorder.events("parked_payload", key)[:1]
+    assert run["payload"] == "frozenset frozenset({1})"
+
+
 def test_an_rpc_result_backend_parks_and_runs_each_call_once(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

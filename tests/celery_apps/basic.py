@@ -14,7 +14,7 @@ backend, e.g. ``rpc://``), ``lock_redis``, ``ttl``
 (Celery's ``worker_lost_wait``, default 20 s), ``ready_file``,
 ``park_deadline`` / ``park_max`` / ``park_max_total`` / ``park_sweep`` /
 ``park_max_publishes``
-(``redislock_park_*``).
+(``redislock_park_*``), ``pickle`` ("1": pickle accepted beside JSON).
 
 Fault injection for the park policy: a worker process that finds the key
 ``<prefix>:fault:<point>`` (and deletes it) kills itself, loses, delays or
@@ -102,6 +102,8 @@ def topic_queues(prefix: str) -> list[Queue]:
 
 
 def create_app(config: dict[str, str]) -> Celery:
+    if config.get("pickle") == "1":  # Celery refuses pickle under root without it
+        os.environ.setdefault("C_FORCE_ROOT", "1")
     redis_url = config["redis"]
     prefix = config["prefix"]
     app = Celery("basic", set_as_current=False)
@@ -128,6 +130,8 @@ def create_app(config: dict[str, str]) -> Celery:
         ),
         broker_connection_retry_on_startup=True,
         result_expires=600,
+        # config "pickle": a per-call serializer="pickle" is accepted too
+        accept_content=["json", "pickle"] if config.get("pickle") == "1" else ["json"],
         worker_hijack_root_logger=False,
         # Celery reports a lost child only after this; the library must not wait for it.
         worker_lost_wait=float(config.get("lost_wait", 20.0)),
@@ -312,6 +316,18 @@ def create_app(config: dict[str, str]) -> Celery:
     def parked(self: Any, key: Any, n: int = 0, duration: float = 0.2, gate: bool = False) -> Any:
         ptoken = (self.request.headers or {}).get("redislock_park_token")
         return body(self, key, duration, gate, n=n, ptoken=ptoken)
+
+    @app.task(
+        shared=False,
+        bind=True,
+        base=SemaphoreTask,
+        name="basic.parked_payload",
+        semaphore_key="park:{key}",
+        semaphore_limit=2,
+    )
+    def parked_payload(self: Any, key: Any, payload: Any) -> Any:
+        """``basic.parked``'s key, any payload (recorded by its type and repr)."""
+        return body(self, key, 0.0, payload=f"{type(payload).__name__} {payload!r}")
 
     @app.task(
         shared=False,
