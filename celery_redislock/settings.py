@@ -207,6 +207,8 @@ def _broker(conf: Any) -> tuple[str, str]:
     """The broker URL Celery writes to, resolved as Celery resolves it, and
     where it came from (a key of :data:`_BROKER_SOURCES`)."""
     for source in _BROKER_SOURCES:
+        if source == "broker_host" and conf.get("broker_url") is not None:
+            return "", "broker_url"  # Celery's first(): a broker_url of "" hides broker_host
         value = os.environ.get(source) if source.isupper() else conf.get(source)
         if value:
             break
@@ -245,10 +247,16 @@ def settings_from_app(app: Any, url: str | None = None) -> Settings:
             url, setting_name = broker, source
             transport_options = {**_broker_connection_options(conf), **transport_options}
         else:
-            shown = f"{scheme_of(broker)}:// ({_BROKER_SOURCES[source]})" if broker else "(none)"
+            if broker and "://" not in broker:  # broker_host in its old sense, a host name
+                why = f"the broker {broker!r} ({_BROKER_SOURCES[source]}) is not a URL"
+            else:
+                shown = (
+                    f"{scheme_of(broker)}:// ({_BROKER_SOURCES[source]})" if broker else "(none)"
+                )
+                why = f"the broker {shown} is not Redis"
             raise ValueError(
                 "celery-redislock needs a Redis: set redislock_url in the Celery config "
-                f"(the broker {shown} is not Redis, so it cannot be the default)"
+                f"({why}, so it cannot be the default)"
             )
     elif scheme_of(url) == "sentinel":
         broker_transport = conf.get("broker_transport_options") or {}

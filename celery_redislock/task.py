@@ -64,6 +64,7 @@ from .enqueue.listed_limits import ListedLimit, listed_limits_of
 from .enqueue.naming import KeyBuilder, keys_of_task_class
 from .parking import StillPending
 from .parking.arrival import back_to_the_head
+from .parking.message import REQUEST_CONTENT_TYPE
 from .parking.states import announce_superseded
 from .policies import check_options, check_policy, restore_retries
 from .run import admission
@@ -244,6 +245,11 @@ class GuardedTask(Task):  # type: ignore[misc]
         # The tracer (worker or apply()) has pushed the request: run the body
         # under the lease, without pushing another request.
         restore_retries(request)
+        headers = request.headers
+        if headers and REQUEST_CONTENT_TYPE in headers:  # the worker's field, not a header
+            request.headers = {
+                k: v for k, v in headers.items() if k != REQUEST_CONTENT_TYPE
+            } or None
         try:
             lease_set = self._redislock_enter(request, args, kwargs)
         except (Retry, StillPending):  # the task is still to run: its marker stays

@@ -25,14 +25,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .. import events
 from ..core.capacity import Capacity
 from ..core.park import Parking, Verdict
 from ..core.rate import NO_RATE, RateTerms
 from ..enqueue.options import HEADER_PARK_TOKEN
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for
-from .message import envelope_of_publish, eta_in, expires_in, json_dumps, sent_fields_of
+from .message import announce_sent, envelope_of_publish, eta_in, expires_in, json_dumps
 from .states import announce_parked, announce_superseded, raise_if_bounded
 
 __all__ = ["park_or_publish", "retry_at_head"]
@@ -156,7 +155,7 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
         return admission.token
     raise_if_bounded(admission, call.name, f"{task.name}[{call.task_id}] not enqueued")
     if admission.verdict is Verdict.PARKED:
-        events.sent(task.app, sent_fields_of(envelope))  # the task-sent Celery did not send
+        announce_sent(task.app, envelope)  # the task-sent Celery did not send
         announce_parked(task, call.task_id, call.name, "enqueue", admission, config, parking)
         announce_superseded(task, admission.replaced, call.task_id, call.name, "enqueue")
     return None
@@ -177,7 +176,7 @@ def _park_retry(call: _Call, envelope: dict[str, Any]) -> None:
         call.token,
     )
     if admission.verdict is Verdict.PARKED:
-        events.sent(task.app, sent_fields_of(envelope))
+        announce_sent(task.app, envelope)
         announce_parked(task, call.task_id, call.name, "retry", admission, parking=parking)
     else:  # a copy of this task is parked or in flight already: it is the one that runs
         log.info(

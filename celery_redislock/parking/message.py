@@ -24,6 +24,7 @@ from kombu.serialization import loads as _kombu_loads
 from kombu.serialization import registry
 from kombu.utils import json as _kombu_json
 
+from .. import events
 from ..enqueue.options import HEADER_PARK_TOKEN
 from ..events import sent_fields
 
@@ -123,8 +124,10 @@ def _destination(app: Any, options: Mapping[str, Any]) -> tuple[str, str, str | 
     anonymous exchange: the routing key is the queue.  The queue to declare
     is the one Celery declared with the original publish (a queue of the
     app's, or named per call: ``app.amqp.queues`` has it or makes it), by
-    name; None for a per-call ``Queue`` object the app does not know (its
-    declaration cannot be rebuilt by name) or a broadcast queue."""
+    name; None for a per-call ``Queue`` object (its declaration cannot be
+    rebuilt by name: ``Queue`` equality ignores arguments such as
+    ``max_priority``), a broadcast queue, or a call that passed its own
+    ``declare=`` (``[]``: the caller may not declare)."""
     queue: Any = options.get("queue")
     exchange = options.get("exchange")
     routing_key, exchange_type = options.get("routing_key"), options.get("exchange_type")
@@ -138,7 +141,12 @@ def _destination(app: Any, options: Mapping[str, Any]) -> tuple[str, str, str | 
         else:
             qname = queue.name
     declare = None
-    if queue is not None and not isinstance(queue, Broadcast) and amqp.queues.get(qname) == queue:
+    if (
+        options.get("declare") is None  # a per-call declare= (even []) is the caller's own
+        and queue is not None
+        and not isinstance(queue, Broadcast)
+        and amqp.queues.get(qname) is queue
+    ):
         declare = str(qname)
     if exchange_type is None:
         exchange_type = getattr(getattr(queue, "exchange", None), "type", None) or "direct"
@@ -238,14 +246,17 @@ def _b64(data: str | bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def sent_fields_of(envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of the ``task-sent`` event of a stored message's publish."""
-    return sent_fields(
-        envelope["headers"],
-        envelope.get("exchange") or "",
-        envelope.get("routing_key") or "",
-        envelope.get("queue"),
-    )
+def announce_sent(app: Any, envelope: Mapping[str, Any]) -> None:
+    """The ``task-sent`` event of a stored message's publish, if
+    ``task_send_sent_event`` is set (as Celery sends its own)."""
+    if app.conf.task_send_sent_event:
+        fields = sent_fields(
+            envelope["headers"],
+            envelope.get("exchange") or "",
+            envelope.get("routing_key") or "",
+            envelope.get("queue"),
+        )
+        events.sent(app, fields)
 
 
 def republish(app: Any, envelope: Mapping[str, Any], token: int) -> None:
@@ -262,10 +273,14 @@ def republish(app: Any, envelope: Mapping[str, Any], token: int) -> None:
     exchange, routing_key = (
         ("", queue) if queue else (envelope["exchange"], envelope["routing_key"])
     )
+    if "declare" in envelope:
+        name = envelope["declare"]
+    else:  # stored by a version that did not say: a queue the app knows
+        name = queue if queue in app.amqp.queues else None
     declare = None
-    if envelope.get("declare"):
+    if name:
         with contextlib.suppress(KeyError):  # task_create_missing_queues off
-            declare = [app.amqp.queues[envelope["declare"]]]
+            declare = [app.amqp.queues[name]]
     with app.producer_or_acquire(None) as producer:
         producer.publish(
             base64.b64decode(envelope["body"]),

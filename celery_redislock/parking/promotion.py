@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .. import events, signals
+from .. import signals
 from ..core import liveness
 from ..core.capacity import Capacity
 from ..core.keys import lease_keys, limits_to_wake
@@ -36,7 +36,7 @@ from ..core.scripts import (
 from ..enqueue import dedupe
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for, settings_for
-from .message import json_loads, republish, request_of, sent_fields_of
+from .message import announce_sent, json_loads, republish, request_of
 from .states import PROMOTED, ParkUnclaimed, mark_failed, mark_revoked, store_state
 
 __all__ = [
@@ -121,7 +121,7 @@ def _publish_all(
                 published += 1
                 if sent is not None:
                     sent.append(task_id)
-                events.sent(app, sent_fields_of(envelope))
+                announce_sent(app, envelope)
                 task = app.tasks.get(envelope.get("task") or "")
                 signals.lock_promoted.send(
                     sender=task,

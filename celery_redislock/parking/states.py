@@ -37,6 +37,8 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from celery import current_task
+from celery.backends.rpc import RPCBackend
 from celery.exceptions import Ignore
 
 from .. import events, signals
@@ -259,7 +261,7 @@ def store_state(
     with _guarded(app, lock, task_id, needs, guard) as holds:
         if not holds:
             return False
-        _write(app, task_id, state, None, lambda: app.backend.store_result(task_id, meta, state))
+        _write(app, task_id, state, app.backend.store_result, task_id, meta, state)
         events.send(app, f"task-{state.lower()}", task_id, name=task_name, **_fields(meta))
         return True
 
@@ -280,11 +282,7 @@ def mark_revoked(
     holder, when the caller holds it already)."""
     with _guarded(app, lock, task_id, "", guard):
         _write(
-            app,
-            task_id,
-            "REVOKED",
-            request,
-            lambda: app.backend.mark_as_revoked(task_id, reason, request=request),
+            app, task_id, "REVOKED", app.backend.mark_as_revoked, task_id, reason, request=request
         )
         # state: Celery's event state machine ranks its custom states (PARKED)
         # above REVOKED and would keep a revoked parked task PARKED; an event's
@@ -315,18 +313,14 @@ def mark_failed(
     """FAILURE with ``exc`` in the result backend (errbacks and a chord it
     belongs to are told), sent as ``task-failed`` with the task's name."""
     with _guarded(app, lock, task_id, ""):
-        _write(
-            app,
-            task_id,
-            "FAILURE",
-            request,
-            lambda: app.backend.mark_as_failure(task_id, exc, request=request),
-        )
+        _write(app, task_id, "FAILURE", app.backend.mark_as_failure, task_id, exc, request=request)
         events.send(app, "task-failed", task_id, name=task_name, exception=repr(exc))
 
 
-def _write(app: Any, task_id: str, state: str, request: Any, write: Callable[[], Any]) -> None:
-    """Run ``write``, the result-backend write of ``state`` for ``task_id``.
+def _write(
+    app: Any, task_id: str, state: str, write: Callable[..., Any], *args: Any, **kwargs: Any
+) -> None:
+    """``write(*args, **kwargs)``, the result-backend write of ``state`` for ``task_id``.
 
     A backend that stores nothing (Celery's ``DisabledBackend``) is skipped
     quietly.  A write that fails is one WARNING and nothing more: the
@@ -335,29 +329,17 @@ def _write(app: Any, task_id: str, state: str, request: Any, write: Callable[[],
     that a parked call failed, and a caller that sent it again would run it
     twice.  Celery's ``rpc://`` backend sends a state to the reply queue of
     the *current* task's caller: a state of another task (one this process
-    parks, promotes or drops) would reach the wrong caller, or fail, so it is
-    not written there; its events still carry it (docs/observability.md)."""
-    if request is None and _is_rpc(app.backend) and _current_task_id() != task_id:
+    parks, promotes or drops) would reach the wrong caller, or none, so it
+    is not written there; its events still carry it (docs/park.md)."""
+    rpc = isinstance(app.backend, RPCBackend)
+    if rpc and getattr(getattr(current_task, "request", None), "id", None) != task_id:
         return
     try:
-        write()
+        write(*args, **kwargs)
     except (NotImplementedError, AttributeError):
         pass  # no result backend configured
     except Exception as exc:  # see the docstring
         log.warning("%s of %s not written to the result backend: %r", state, task_id, exc)
-
-
-def _is_rpc(backend: Any) -> bool:
-    from celery.backends.rpc import RPCBackend
-
-    return isinstance(backend, RPCBackend)
-
-
-def _current_task_id() -> str | None:
-    from celery import current_task
-
-    request = getattr(current_task, "request", None)
-    return getattr(request, "id", None)
 
 
 def _fields(meta: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from ..core.heartbeat import is_cluster
 from ..core.keys import park_wake_channel
 from ..core.park import due_names
 from ..run.request import WATCHER
-from ..settings import broker_url, client_for
+from ..settings import broker_url, client_for, park_settings
 from .promotion import promote, release_dead_holders, wake_changed_limits
 
 __all__ = ["Sweeper", "start_sweeper", "stop_sweepers"]
@@ -41,7 +41,8 @@ class Sweeper:
 
     def __init__(self, app: Any, interval: float | None = None) -> None:
         self.app = app
-        self.interval = interval or client_for(app)[1].park.sweep_interval
+        # the settings alone: a Redis down at start is the loop's to wait out
+        self.interval = interval or park_settings(app).sweep_interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_dead_check = 0.0

@@ -61,6 +61,9 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     except (TypeError, ValueError) as exc:
         log.error("%s", settings_failed(task.name, request.id, name, exc))
         raise
+    except (RedisError, RedisClusterException) as exc:  # a Cluster client connects when built
+        log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
+        raise
     try:
         lease_set: LeaseSet = task.redislock_leaseset(
             name,

@@ -271,8 +271,13 @@ class LockRequest(Request):  # type: ignore[misc]
 
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(message, *args, **kwargs)
-        if self._content_type:  # what the pool child re-serializes a parked message in
+        # What the pool child re-serializes a parked message in.  Celery's
+        # Context sees it as a custom header too: GuardedTask.__call__ takes
+        # it out of request.headers, so retries and requeues do not carry it.
+        if self._content_type:
             self._request_dict[REQUEST_CONTENT_TYPE] = self._content_type
+        else:
+            self._request_dict.pop(REQUEST_CONTENT_TYPE, None)
 
     def on_accepted(self, pid: int, time_accepted: float) -> None:
         super().on_accepted(pid, time_accepted)

@@ -146,6 +146,8 @@ def check_at_start(app: Any) -> bool:
         client_for(app)  # the client the tasks and the sweeper use
     except (TypeError, ValueError):
         return False  # a URL no client takes: _check said so
+    except (RedisError, RedisClusterException):
+        pass  # usable settings, a Redis down (a Cluster client connects when built)
     return True
 
 

@@ -12,7 +12,8 @@ receivers to Celery's worker signals:
                          (``metrics.start``: before the pool forks)
 ``worker_ready``         probe the lock Redis (``checks``); warn when it
                          persists nothing and parked tasks would die with it;
-                         start the sweeper thread (``parking.sweeper``); state
+                         start the sweeper thread (``parking.sweeper``) when
+                         the settings can be used at all; state
                          what the main process holds (``core/liveness.py``,
                          for the solo and threads pools)
 ``worker_process_init``  state what each pool child holds

@@ -571,6 +571,15 @@ def test_an_old_style_broker_host_is_the_broker_as_celery_reads_it() -> None:
     assert app.conf.broker_url == "redis://h/7"  # Celery's own reading
     settings = settings_from_app(app)
     assert (settings.url, settings.url_setting) == ("redis://h/7", "broker_host")
+    hidden = configured({"BROKER_HOST": "redis://h/7", "BROKER_URL": ""})
+    assert not hidden.conf.broker_url  # a broker_url of "" hides broker_host, in Celery
+    with pytest.raises(ValueError, match=r"the broker \(none\) is not Redis"):
+        settings_from_app(hidden)
+    bare = configured({"BROKER_HOST": "localhost"})  # its old sense: a host name
+    with pytest.raises(
+        ValueError, match=r"the broker 'localhost' \(setting broker_host .*\) is not a URL"
+    ):
+        settings_from_app(bare)
 
 
 def test_a_run_time_change_wins_over_the_settings_module_in_any_spelling() -> None:

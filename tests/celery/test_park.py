@@ -24,7 +24,7 @@ from celery_redislock import parking as park
 from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.keys import park_index, park_total, revoke_record
 from celery_redislock.core.park import Parking
-from celery_redislock.parking.message import republish
+from celery_redislock.parking.message import REQUEST_CONTENT_TYPE, republish
 from celery_redislock.parking.promotion import promote
 from celery_redislock.settings import client_for, park_settings
 from celery_redislock.testing.servers import RedisServer
@@ -896,6 +896,7 @@ def test_a_call_parked_at_arrival_keeps_the_serializer_it_was_sent_with(
             holder.get(timeout=60)
     (run,) = app.recorder.events("parked_payload", key)[:1]
     assert run["payload"] == "frozenset frozenset({1})"
+    assert REQUEST_CONTENT_TYPE not in run["headers"]  # the worker's field, not a header
 
 
 def test_an_rpc_result_backend_parks_and_runs_each_call_once(

@@ -140,3 +140,29 @@ def test_unusable_settings_warn_once_at_start_and_each_task_logs_one_error_line(
     log = worker.log_path.read_text()
     assert "Traceback" not in log and "Signal handler" not in log
     assert len(start_warning()) == 1
+
+
+def test_an_unreachable_cluster_warns_at_start_and_each_task_fails_closed_in_one_line(
+    redis_url: str,
+    celery_worker_factory: Any,  # noqa: F811
+) -> None:
+    """A Cluster client connects when it is built: at start (the check, the
+    sweeper) and in the task (before its first script call)."""
+    port = free_port()
+    config = make_config(redis_url, f"redis+cluster://127.0.0.1:{port}/0")
+    worker = celery_worker_factory(config, concurrency=1)
+
+    def start_warning() -> list[str]:
+        return [w for w in log_lines(worker.log_path, "WARNING") if "celery-redislock" in w]
+
+    (warning,) = wait_for(start_warning, 60, message="the start-up warning")
+    assert "Cluster" in warning and "fail closed" in warning
+    app = create_app(config)
+    result = app.send_task("basic.sleeper", ("x", 0.1))
+    wait_for(lambda: result.state == "FAILURE", 60, message="FAILURE")
+    reported = rf"INFO/.*Task basic.sleeper\[{result.id}\] raised expected"
+    wait_for(lambda: re.search(reported, worker.log_path.read_text()), 30, message="INFO line")
+    (error,) = log_lines(worker.log_path, "ERROR")
+    assert f"basic.sleeper[{result.id}] not run, lock 'sleep:x': Redis unreachable" in error
+    log = worker.log_path.read_text()
+    assert "Traceback" not in log and "Signal handler" not in log

@@ -326,8 +326,10 @@ def create_app(config: dict[str, str]) -> Celery:
         semaphore_limit=2,
     )
     def parked_payload(self: Any, key: Any, payload: Any) -> Any:
-        """``basic.parked``'s key, any payload (recorded by its type and repr)."""
-        return body(self, key, 0.0, payload=f"{type(payload).__name__} {payload!r}")
+        """``basic.parked``'s key, any payload (recorded by its type and repr,
+        with the names of the custom headers the body sees)."""
+        seen = sorted(self.request.headers or {})
+        return body(self, key, 0.0, payload=f"{type(payload).__name__} {payload!r}", headers=seen)
 
     @app.task(
         shared=False,
