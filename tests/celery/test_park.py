@@ -792,21 +792,25 @@ def require_rabbitmq() -> None:
         pytest.skip(message + " (apt-get install rabbitmq-server)")
 
 
+def rabbitmq_config(redis_url: str, **extra: str) -> dict[str, str]:
+    """A test app's config with RabbitMQ as the broker (Redis for the rest)."""
+    return {
+        "redis": redis_url,
+        "prefix": f"t-{uuid.uuid4().hex[:12]}",
+        "ttl": "30",
+        "broker": RABBITMQ_URL,
+        "park_sweep": "0.5",
+        **extra,
+    }
+
+
 def test_promotion_resends_where_per_call_routing_sent_the_task(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A topic exchange and a routing key per call, to a worker consuming only the
     queue bound to it: promoted tasks go back there, not to the default queue."""
     require_rabbitmq()
-    config = {
-        "redis": redis_url,
-        "prefix": f"t-{uuid.uuid4().hex[:12]}",
-        "ttl": "30",
-        "broker": RABBITMQ_URL,
-        "park_deadline": "30",
-        "park_sweep": "0.5",
-        "topic": "1",
-    }
+    config = rabbitmq_config(redis_url, park_deadline="30", topic="1")
     app = create_app(config)
     task = app.tasks["basic.parked"]
     route = {"exchange": f"topic-{config['prefix']}", "routing_key": "special.reports"}
@@ -833,15 +837,8 @@ def test_a_promotion_declares_the_queue_its_call_would_have_declared(
     worker that starts consuming it later gets the task (RabbitMQ drops a
     message sent to a queue that does not exist)."""
     require_rabbitmq()
-    config = {
-        "redis": redis_url,
-        "prefix": f"t-{uuid.uuid4().hex[:12]}",
-        "ttl": "30",
-        "broker": RABBITMQ_URL,
-        "park_deadline": "300",  # a re-publish after the deadline would come too late
-        "park_sweep": "0.5",
-        "topic": "1",
-    }
+    # park_deadline: a re-publish after the deadline would come too late
+    config = rabbitmq_config(redis_url, park_deadline="300", topic="1")
     prefix = config["prefix"]
     app = create_app(config)
     queue = f"late-{prefix}" if routed.startswith("a queue named") else f"special-{prefix}"
@@ -907,15 +904,7 @@ def test_an_rpc_result_backend_parks_and_runs_each_call_once(
     written there, it would reach no one or the wrong caller), and every
     call runs once and returns its result to its own caller."""
     require_rabbitmq()
-    config = {
-        "redis": redis_url,
-        "prefix": f"t-{uuid.uuid4().hex[:12]}",
-        "ttl": "30",
-        "broker": RABBITMQ_URL,
-        "backend": "rpc://",
-        "park_deadline": "30",
-        "park_sweep": "0.5",
-    }
+    config = rabbitmq_config(redis_url, backend="rpc://", park_deadline="30")
     app = create_app(config)
     task = app.tasks["basic.parked"]
     with worker_factory(tmp_path_factory.mktemp("park-rpc")) as start:
