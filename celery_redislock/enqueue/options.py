@@ -10,10 +10,11 @@ worker-side check honours them; they are checked in ``apply_async``.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable
 from typing import Any
 
-from ..core.validation import check_timeout, check_ttl
+from ..core.validation import MAX_TTL, check_timeout, check_ttl
 
 __all__ = [
     "CALL_OPTIONS",
@@ -26,7 +27,7 @@ __all__ = [
     "HEADER_TTL",
     "HEADER_WAIT_TIMEOUT",
     "call_headers",
-    "check_nonneg",
+    "check_delay",
     "header",
     "refuse_unknown",
     "run_options",
@@ -65,9 +66,17 @@ def header(request: Any, name: str) -> Any:
     return value
 
 
-def check_nonneg(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{what} must be a number >= 0, got {value!r}")
+def check_delay(value: object, what: str) -> float:
+    """``value`` as seconds from 0 to MAX_TTL (a requeue's countdown, its
+    jitter): a TypeError for a value that is not a number, a ValueError for
+    one out of range (NaN, infinity, negative, or so large that Celery could
+    not turn it into an ETA)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or not 0 <= value <= MAX_TTL:
+        raise ValueError(
+            f"{what} must be a number of seconds from 0 to {MAX_TTL:.0f}, got {value!r}"
+        )
     return float(value)
 
 
@@ -77,13 +86,16 @@ def validate(task: Any) -> None:
     if ttl is not None:
         check_ttl(ttl, "lock ttl")
     check_timeout(task.lock_wait_timeout, "lock_wait_timeout")
-    check_nonneg(task.lock_retry_countdown, "lock_retry_countdown")
-    check_nonneg(task.lock_retry_jitter, "lock_retry_jitter")
+    check_delay(task.lock_retry_countdown, "lock_retry_countdown")
+    check_delay(task.lock_retry_jitter, "lock_retry_jitter")
     retry_max = task.lock_retry_max
-    if retry_max is not None and (
-        isinstance(retry_max, bool) or not isinstance(retry_max, int) or retry_max < 0
-    ):
-        raise ValueError(f"lock_retry_max must be an int >= 0 or None: {retry_max!r}")
+    if retry_max is not None:
+        if isinstance(retry_max, bool) or not isinstance(retry_max, int):
+            raise TypeError(f"lock_retry_max must be an int >= 0 or None, got {retry_max!r}")
+        if retry_max < 0:
+            raise ValueError(f"lock_retry_max must be an int >= 0 or None, got {retry_max!r}")
+    if not isinstance(task.lock_dedupe, bool):
+        raise TypeError(f"lock_dedupe must be a bool, got {task.lock_dedupe!r}")
     check_ttl(task.lock_dedupe_ttl, "lock_dedupe_ttl")
 
 
@@ -134,6 +146,16 @@ def call_headers(options: dict[str, Any], check_policy: Callable[[object], str])
     The headers already in ``options["headers"]`` are kept (and popped too).
     """
     headers = dict(options.pop("headers", None) or {})
+    for option in options:
+        # Celery would pass a misspelt one on as a message property, unread.
+        if option.startswith(("lock_", "semaphore_")) and option not in CALL_OPTIONS:
+            nearest = difflib.get_close_matches(option, sorted(CALL_OPTIONS), n=1, cutoff=0.6)
+            hint = (
+                f"did you mean {nearest[0]!r}?"
+                if nearest
+                else f"they are: {', '.join(CALL_OPTIONS)}"
+            )
+            raise TypeError(f"{option!r} is not a per-call option of apply_async; {hint}")
     for option in [k for k in options if k in CALL_OPTIONS]:
         value = options.pop(option)
         if option == "lock_policy":
@@ -148,12 +170,19 @@ def call_headers(options: dict[str, Any], check_policy: Callable[[object], str])
     return headers
 
 
+_ABSENT = object()
+
+
 def run_options(
     request: Any, default_wait_timeout: float | None
 ) -> tuple[float | None, float | None]:
     """The (ttl, wait timeout) a run uses: from its message headers, else the class's."""
     ttl_header = header(request, HEADER_TTL)
     ttl = check_ttl(ttl_header, "lock ttl") if ttl_header is not None else None
-    wait_header = header(request, HEADER_WAIT_TIMEOUT)
-    wait_timeout = default_wait_timeout if wait_header is None else float(wait_header)
-    return ttl, wait_timeout
+    # A header of None is a call's "wait for ever", not an absent header.
+    wait_header = getattr(request, HEADER_WAIT_TIMEOUT, _ABSENT)
+    if wait_header is _ABSENT:
+        wait_header = (getattr(request, "headers", None) or {}).get(HEADER_WAIT_TIMEOUT, _ABSENT)
+    if wait_header is _ABSENT:
+        return ttl, default_wait_timeout
+    return ttl, check_timeout(wait_header, f"the {HEADER_WAIT_TIMEOUT} header")

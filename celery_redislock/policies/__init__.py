@@ -33,6 +33,7 @@ __all__ = [
     "Skip",
     "Wait",
     "announce_contended",
+    "check_call",
     "check_options",
     "check_policy",
     "fail",
@@ -60,3 +61,18 @@ def check_policy(policy: object, what: str = "lock_policy") -> str:
     if policy not in POLICIES:
         raise ValueError(f"{what} must be one of {', '.join(POLICIES)}; got {policy!r}")
     return str(policy)
+
+
+def check_call(task: Any, policy: Policy, dedupe: bool = False) -> None:
+    """Each call (at ``apply_async``, and in the worker for a ``send_task``'s
+    headers): a ``ValueError`` when the call's own ``lock_policy`` (``policy``)
+    or its ``lock_dedupe`` would drop what the task's options promise."""
+    declared = POLICIES[task.lock_policy]  # checked at decoration
+    if policy is not declared:
+        declared.check_other_policy(task, policy)
+    if dedupe and policy.coalesces:
+        raise ValueError(
+            f"task {task.name}: lock_dedupe does not combine with lock_policy={policy.name!r} "
+            "(a call made while a run is queued or running would get that run's result "
+            "instead of a run that starts after it)"
+        )

@@ -174,6 +174,11 @@ class Policy:
         validate them on a task of this one; a precise ``ValueError`` /
         ``TypeError`` naming the task and the option.  By default nothing."""
 
+    def check_other_policy(self, task: Any, policy: Policy) -> None:
+        """A ``ValueError`` when a call of ``task`` (declared with this policy)
+        runs by another ``policy`` (``lock_policy=`` per call) that would drop
+        what this policy's options promise.  By default nothing."""
+
     def check_rate(self, task_name: str, rate: object) -> None:
         """A ``ValueError`` when a run of this policy would take ``rate``
         (not None) and the policy cannot (:attr:`refuses_rate`)."""

@@ -38,7 +38,7 @@ from typing import Any
 from ..core.validation import check_ttl
 from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..parking.enqueue import retry_at_head
-from .base import Context
+from .base import Context, Policy
 from .park import Park
 
 __all__ = ["KeepLatest"]
@@ -62,6 +62,25 @@ class KeepLatest(Park):
         _check_debounce(task)
         _check_throttle(task)
         _check_supersede(task)
+        if task.lock_policy == self.name and task.lock_dedupe is True:
+            name = getattr(task, "name", None) or task.__name__
+            raise ValueError(
+                f"task {name}: lock_dedupe does not combine with lock_policy={self.name!r} "
+                "(a call made while a run is queued or running would get that run's "
+                "result instead of a run that starts after it)"
+            )
+
+    def check_other_policy(self, task: Any, policy: Policy) -> None:
+        """Debounce and supersede exist only in this policy's park: a call of
+        another policy would run without them (a throttle is a rate, which
+        the other policy keeps or refuses, see :meth:`Policy.check_rate`)."""
+        coalescing = [o for o in ("lock_debounce", "lock_supersede") if getattr(task, o)]
+        if coalescing:
+            raise ValueError(
+                f"task {task.name}: lock_policy={policy.name!r} per call would run it "
+                f"without its {' and '.join(coalescing)} (they need lock_policy="
+                f"{self.name!r})"
+            )
 
     def park_settings(self, task: Any) -> Mapping[str, Any]:
         return {

@@ -30,7 +30,14 @@ from ..diagnose import fail_closed, settings_failed
 from ..enqueue import options
 from ..enqueue.listed_limits import Need, check_policy_with_limits
 from ..parking.states import StillPending
-from ..policies import POLICIES, Context, announce_contended, check_policy, requeue
+from ..policies import (
+    POLICIES,
+    Context,
+    announce_contended,
+    check_call,
+    check_policy,
+    requeue,
+)
 from ..policies.base import Policy, give_back
 from ..settings import client_for
 from . import listed_leases
@@ -52,6 +59,7 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     limit = task.redislock_limit(args, kwargs)  # per run, before any Redis call
     rate = task.redislock_rate(args, kwargs)
     policy.check_rate(task.name, rate.rate)  # a per-call lock_policy
+    check_call(task, policy)
     needs = listed_leases.needs_of(task, name, args, kwargs)
     if needs:
         check_policy_with_limits(task.name, policy.name)

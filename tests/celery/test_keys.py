@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import enum
 import itertools
+import math
 import time
 import uuid
 from typing import Any
@@ -141,6 +142,24 @@ def test_missing_template_field_fails_when_the_app_finalizes(redis_url: str) -> 
         ({"lock_key": "a:{x}", "lock_policy": "maybe"}, ValueError, "lock_policy must be one of"),
         ({"lock_key": "a:{x}", "lock_ttl": 0}, ValueError, "positive"),
         ({"lock_key": "a:{x}", "lock_retry_max": -1}, ValueError, "lock_retry_max"),
+        ({"lock_key": "a:{x}", "lock_retry_max": "3"}, TypeError, "lock_retry_max"),
+        # A countdown Celery cannot turn into an ETA would fail in the requeue.
+        ({"lock_key": "a:{x}", "lock_retry_countdown": math.nan}, ValueError, "countdown"),
+        ({"lock_key": "a:{x}", "lock_retry_countdown": math.inf}, ValueError, "countdown"),
+        ({"lock_key": "a:{x}", "lock_retry_countdown": 1e12}, ValueError, "countdown"),
+        ({"lock_key": "a:{x}", "lock_retry_countdown": -1}, ValueError, "countdown"),
+        ({"lock_key": "a:{x}", "lock_retry_countdown": "1"}, TypeError, "countdown"),
+        ({"lock_key": "a:{x}", "lock_retry_jitter": math.nan}, ValueError, "jitter"),
+        ({"lock_key": "a:{x}", "lock_retry_jitter": math.inf}, ValueError, "jitter"),
+        ({"lock_key": "a:{x}", "lock_retry_jitter": True}, TypeError, "jitter"),
+        # "False" is a true string: de-duplication must not be switched on by it.
+        ({"lock_key": "a:{x}", "lock_dedupe": "False"}, TypeError, "lock_dedupe must be a bool"),
+        ({"lock_key": "a:{x}", "lock_dedupe": 1}, TypeError, "lock_dedupe must be a bool"),
+        (
+            {"lock_key": "a:{x}", "lock_policy": "keep_latest", "lock_dedupe": True},
+            ValueError,
+            "lock_dedupe does not combine with lock_policy='keep_latest'",
+        ),
         ({"lock_key": "a:{x}", "lock_wait_timeout": -1}, ValueError, "lock_wait_timeout"),
         (
             {"lock_key": "a:{x}", "lock_debounce": 1},
@@ -312,6 +331,42 @@ def test_unsupported_values_fail_at_call_time(app: Celery) -> None:
         refresh.delay(object())
     with pytest.raises(ValueError, match="NaN"):
         refresh.delay(float("nan"))
+
+
+def test_a_per_call_option_that_drops_a_promise_is_refused_at_the_call(app: Celery) -> None:
+    """Debounce and supersede exist only under ``keep_latest``: a call that
+    runs by another policy would drop them silently; de-duplication would
+    answer a call made during a rebuild with that rebuild's result instead of
+    a run after it.  A misspelt per-call option is refused, not passed on to
+    the broker as a message property."""
+
+    @unique_task(app, base=LockedTask, lock_key="d:{x}", lock_policy="keep_latest", lock_debounce=1)
+    def debounced(x: int) -> None: ...
+
+    @unique_task(
+        app, base=LockedTask, lock_key="s:{x}", lock_policy="keep_latest", lock_supersede=True
+    )
+    def superseding(x: int) -> None: ...
+
+    @unique_task(app, base=LockedTask, lock_key="k:{x}", lock_policy="keep_latest")
+    def latest(x: int) -> None: ...
+
+    @unique_task(app, base=LockedTask, lock_key="u:{x}", lock_dedupe=True)
+    def unique(x: int) -> None: ...
+
+    for policy in ("skip", "park", "raise", "wait", "retry"):
+        with pytest.raises(ValueError, match="without its lock_debounce"):
+            debounced.apply_async((1,), lock_policy=policy)
+    with pytest.raises(ValueError, match="without its lock_supersede"):
+        superseding.apply_async((1,), lock_policy="park")
+    with pytest.raises(ValueError, match="lock_dedupe does not combine"):
+        latest.apply_async((1,), lock_dedupe=True)
+    with pytest.raises(ValueError, match="lock_dedupe does not combine"):
+        unique.apply_async((1,), lock_policy="keep_latest")
+    with pytest.raises(TypeError, match="did you mean 'lock_policy'"):
+        latest.apply_async((1,), lock_polcy="wait")
+    with pytest.raises(TypeError, match="not a per-call option"):
+        latest.apply_async((1,), semaphore_limit=3)
 
 
 def test_callable_key_must_return_a_valid_name(app: Celery) -> None:

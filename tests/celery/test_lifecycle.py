@@ -278,6 +278,30 @@ def test_wait_policy_times_out_with_lock_contended(
     first.get(timeout=60)
 
 
+def test_a_per_call_wait_timeout_of_none_waits_for_ever(
+    app: Any, worker: WorkerProcess, key: str
+) -> None:
+    """``lock_wait_timeout=None`` per call means no limit (as on the class),
+    not "the class's 0.5 s"; a send_task header of the wrong type is one
+    precise error naming the header, and the body does not run."""
+    first = app.tasks["basic.sleeper"].delay(key, 2)
+    wait_until_running(app, "sleeper", key)
+    impatient = app.tasks["basic.impatient"]
+    timed_out = impatient.apply_async((key, 0.1))
+    patient = impatient.apply_async((key, 0.1), lock_wait_timeout=None)
+    bad = app.send_task("basic.impatient", (key, 0.1), headers={"redislock_wait_timeout": "abc"})
+    result_of(app, timed_out)
+    assert isinstance(timed_out.result, LockContended), timed_out.result
+    assert patient.get(timeout=60) is not None
+    first.get(timeout=60)
+    result_of(app, bad)
+    assert bad.state == "FAILURE" and "redislock_wait_timeout header" in str(bad.result)
+    events = app.recorder.events("impatient", key)
+    assert {e["id"] for e in events if e["what"] == "start"} == {patient.id}
+    first_end = next(e["t"] for e in app.recorder.events("sleeper", key) if e["what"] == "end")
+    assert next(e["t"] for e in events if e["what"] == "start") >= first_end
+
+
 def test_retry_policy_requeues_without_consuming_max_retries(
     app: Any, worker: WorkerProcess, key: str
 ) -> None:

@@ -520,6 +520,18 @@ def create_app(config: dict[str, str]) -> Celery:
         return body(self, key, duration)
 
     @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.impatient",
+        lock_key="sleep:{key}",
+        lock_policy="wait",
+        lock_wait_timeout=0.5,
+    )
+    def impatient(self: Any, key: Any, duration: float = 1.0) -> Any:
+        return body(self, key, duration)
+
+    @app.task(
         shared=False, bind=True, base=LockedTask, name="basic.stubborn", lock_key="sleep:{key}"
     )
     def stubborn(self: Any, key: Any, duration: float = 1.0) -> Any:
