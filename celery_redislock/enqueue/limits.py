@@ -173,6 +173,11 @@ def rate_options(
     if cls.rate is None:
         if cls._redislock_kind == "rate":
             raise TypeError(f'task {task}: RateLimitedTask needs rate= (e.g. rate="20/s")')
+        if burst != 1 or cls.rate_cost != 1:  # a forgotten rate= would pass unnoticed
+            raise ValueError(
+                f'task {task}: rate_burst and rate_cost need rate= (e.g. rate="20/s"); '
+                "without it they do nothing"
+            )
         return None, None
     rate = PerCall(cls.rate, keys.signature, task, "rate", parse_rate)
     cost = PerCall(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_redislock import PARKED, RateLimitedTask, RateLimiter, SemaphoreTask
+from celery_redislock import PARKED, LockedTask, RateLimitedTask, RateLimiter, SemaphoreTask
 from celery_redislock.core.errors import LockContended
 from celery_redislock.core.park import Parking
 from celery_redislock.settings import client_for
@@ -326,6 +326,21 @@ def test_bad_rate_options_fail_at_decoration() -> None:
         ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "fast"}, ValueError, "rate"),
         ({"base": RateLimitedTask, "rate_key": "k:{a}", "rate": 0}, ValueError, "positive"),
         ({"base": RateLimitedTask, "rate_key": "k:{a}"}, TypeError, "needs rate="),
+        (
+            {
+                "base": SemaphoreTask,
+                "semaphore_key": "k:{a}",
+                "semaphore_limit": 2,
+                "rate_burst": 5,
+            },
+            ValueError,
+            "rate_burst and rate_cost need rate=",
+        ),
+        (
+            {"base": LockedTask, "lock_key": "k:{a}", "rate_cost": lambda a: 2},
+            ValueError,
+            "rate_burst and rate_cost need rate=",
+        ),
         (
             {"base": RateLimitedTask, "rate_key": "k:{a}", "rate": "5/s", "rate_cost": 3},
             ValueError,
