@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .heartbeat import is_cluster
 from .keys import LeaseKeys, validate_name, validate_prefix
 from .leaseset import Holder, LeaseSet, Waiter, parse_inspect
 from .scripts import INSPECT, text
@@ -236,6 +237,8 @@ def force_release(
 
 
 def _inspect_batch(client: Any, prefix: str, names: list[str]) -> list[Any]:
+    if is_cluster(client):  # redis-py's cluster pipeline refuses scripts (8.x)
+        return [INSPECT(client, LeaseKeys(prefix, n).script_keys(), []) for n in names]
     INSPECT.ensure_loaded(client)
     pipe = client.pipeline(transaction=False)
     for name in names:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -183,6 +184,36 @@ def test_renewal_is_one_pipeline_per_master_and_survives_script_flush(
             assert lock.refresh()
     finally:
         for lock in locks:
+            lock.release()
+
+
+def test_status_and_release_list_and_free_holders_on_every_master(
+    client: Any, cluster: LocalCluster, prefix: str
+) -> None:
+    """The inspection CLI reads each name's holders on its own node (redis-py's
+    cluster pipeline refuses scripts), and ``release`` frees a held lock."""
+    from click.testing import CliRunner
+
+    from celery_redislock.admin.cli import redislock
+
+    names = names_on_every_master(client, prefix, count=6)
+    locks = [RedisLock(client, n, prefix=prefix, ttl=30) for n in names]
+    assert all(lock.acquire(blocking=False) for lock in locks)
+    try:
+        base = ["--url", cluster.url, "--prefix", prefix]
+        shown = CliRunner().invoke(redislock, ["status", "--json", *base])
+        assert shown.exit_code == 0, shown.output
+        listed = {row["name"] for row in json.loads(shown.output)["lease_sets"]}
+        assert listed == set(names), shown.output
+        top = CliRunner().invoke(redislock, ["status", "--top", "3", *base])
+        assert top.exit_code == 0, top.output
+        freed = CliRunner().invoke(redislock, ["release", names[0], "--force", *base])
+        assert freed.exit_code == 0, freed.output
+        again = RedisLock(client, names[0], prefix=prefix)
+        assert again.acquire(blocking=False)
+        again.release()
+    finally:
+        for lock in locks[1:]:
             lock.release()
 
 
