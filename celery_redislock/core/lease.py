@@ -123,9 +123,10 @@ class Lease:
         True at once before ``valid_until``.  Past it, renews the lease
         (``refresh.lua``: only if unexpired by Redis time, never revived) and
         confirms it when Redis still holds it.  False if gone, already
-        reported lost or released, or Redis cannot be asked; then no new
-        request is sent for ``grace`` seconds.  Never reports the loss itself:
-        the heartbeat does.
+        reported lost or released, or Redis cannot be asked or does not answer
+        within ``grace`` seconds (the caller waits that long at most, however
+        long the client's timeouts are); then no new request is sent for
+        ``grace`` seconds.  Never reports the loss itself: the heartbeat does.
         """
         if self._lost_reason is not None or self._closed:
             return False
@@ -135,14 +136,24 @@ class Lease:
         if now - self._rechecked_at < self.grace:
             return False
         self._rechecked_at = now
-        try:
-            held = self.renew() > 0
-        except Exception as exc:
-            log.debug("recheck of %r failed: %r", self.keys.name, exc)
-            return False
-        if held:
-            self.confirm(now)
-        return held
+        answer: list[bool] = []
+
+        def ask() -> None:
+            try:
+                held = self.renew() > 0
+            except Exception as exc:
+                log.debug("recheck of %r failed: %r", self.keys.name, exc)
+                return
+            if held:
+                self.confirm(now)  # a late answer still counts from its send time
+            answer.append(held)
+
+        # Asked in a thread of its own, so a Redis that hangs holds the caller
+        # for ``grace`` at most, not for the client's socket timeout and retries.
+        asker = threading.Thread(target=ask, name="redislock-recheck", daemon=True)
+        asker.start()
+        asker.join(self.grace)
+        return bool(answer) and answer[0]
 
     def renew(self) -> int:
         """One ``refresh.lua`` call for this lease alone: the new remaining lease

@@ -135,6 +135,28 @@ def test_pause_longer_than_ttl_is_reported_from_the_local_deadline(
     assert lock.lease is not None and "not confirmed" in (lock.lease.lost_reason or "")
 
 
+def test_owned_does_not_wait_for_a_redis_that_hangs(own_redis: RedisServer) -> None:
+    """Past its local deadline ``owned()`` asks Redis, but waits ``ttl / 3`` at
+    most for the answer: a body that checks it is not held for the client's
+    socket timeout (30 s here) while Redis hangs."""
+    client = redis.Redis.from_url(own_redis.url, socket_timeout=30)
+    lock = RedisLock(client, "hang-owned", ttl=1.5)
+    assert lock.acquire()
+    lease = lock.lease
+    assert lease is not None
+    own_redis.pause()
+    try:
+        deadline = time.monotonic() + 10
+        while not lease.lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lease.lost, "the local deadline passed"
+        asked_at = time.monotonic()
+        assert not lock.owned()
+        assert time.monotonic() - asked_at < 10  # grace 0.5 s; the socket timeout is 30 s
+    finally:
+        own_redis.resume()
+
+
 def test_lease_lost_when_redis_restarts_empty(own_redis: RedisServer) -> None:
     client = redis.Redis.from_url(own_redis.url)
     lost: list[str] = []
