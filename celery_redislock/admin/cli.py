@@ -48,12 +48,12 @@ from typing import Any
 import click
 
 from .. import parking
-from ..core import liveness
-from ..core.inspection import Snapshot, force_release, inspect_names, snapshot
+from ..core.inspection import force_release, inspect_names, snapshot
 from ..core.keys import LeaseKeys
 from ..core.override import Overrides, overridden_names
 from ..core.park import wake
 from ..core.rate import RateLimiter, parse_rate
+from .alive import statement_ages
 from .format import format_parked, format_snapshot, who
 from .gauges import RedisGauges
 from .target import (
@@ -135,14 +135,15 @@ def status(
             for r in parking.status(target.client, target.prefix)
             if fnmatch.fnmatchcase(r.name, match)
         ]
-        stated = _statements(target, snap)
+        stated = statement_ages(target.client, target.prefix, snap.lease_sets)
     snap = replace(snap, lease_sets=tuple(target.with_limits(snap.lease_sets)))
     if as_json:
         body = {
             "url": target.url,
             **snap.as_dict(),
             "parked": [vars(r) for r in parked],
-            "last_statement_ago": stated,
+            "last_statement_ago": {o: a.ago for o, a in stated.items()},
+            "silent": sorted(o for o, a in stated.items() if a.silent),
         }
         click.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
     else:
@@ -386,22 +387,6 @@ def release(target: Target, name: str, owners: tuple[str, ...], force: bool, as_
         click.echo(f"released {name!r} token {h.token} ({who(h.owner, h.meta)}, owner {h.owner})")
     for h in gone:
         click.echo(f"already gone: {name!r} token {h.token} (owner {h.owner})")
-
-
-def _statements(target: Target, snap: Snapshot) -> dict[str, float]:
-    """Per holder owner: seconds since its worker process last stated its
-    holdings (core/liveness.py); holders without a statement are left out."""
-    holders = [
-        (ls, h) for ls in snap.lease_sets for h in ls.holders if isinstance(h.meta.get("proc"), str)
-    ]
-    stated = liveness.last_statements(
-        target.client, target.prefix, {h.meta["proc"] for _, h in holders}
-    )
-    return {
-        h.owner: round(max(ls.now - stated[h.meta["proc"]], 0.0), 1)
-        for ls, h in holders
-        if h.meta["proc"] in stated
-    }
 
 
 from .web.command import web  # noqa: E402  the live web view (admin/web/command.py)

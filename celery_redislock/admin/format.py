@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.inspection import LeaseSetState, Snapshot, task_id_of
 from ..core.rate import Rate
+from .alive import Alive
 
 __all__ = ["format_parked", "format_snapshot", "who"]
 
@@ -71,20 +72,23 @@ def format_parked(rows: Iterable[Any], entries: bool = False) -> list[str]:
     return lines
 
 
-def _alive(stated: dict[str, float], owner: str) -> str:
-    """The ALIVE column: when the holder's worker process last stated its
-    holdings (every ttl/3 while it holds any): an age well above that means the
-    process is gone or stuck.  "-" for reservations and holders outside a
+def _alive(stated: dict[str, Alive], owner: str) -> str:
+    """The ALIVE column (admin/alive.py): when the holder's worker process last
+    stated its holdings (every ttl/3 while it holds any): an age well above
+    that means the process is gone or stuck; ">N ago" when it stopped stating
+    and its record expired.  "-" for reservations and holders outside a
     worker, which state nothing."""
-    ago = stated.get(owner)
-    return "-" if ago is None else f"{_seconds(ago)} ago"
+    alive = stated.get(owner)
+    if alive is None:
+        return "-"
+    return f"{'>' if alive.silent else ''}{_seconds(alive.ago)} ago"
 
 
 def _age(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f}s"
 
 
-def format_snapshot(snap: Snapshot, url: str, max_waiters: int, stated: dict[str, float]) -> str:
+def format_snapshot(snap: Snapshot, url: str, max_waiters: int, stated: dict[str, Alive]) -> str:
     reserved = sum(1 for ls in snap.lease_sets for h in ls.holders if h.meta.get("reserved"))
     held = sum(len(ls.holders) for ls in snap.lease_sets) - reserved
     waiting = sum(len(ls.waiters) for ls in snap.lease_sets)
@@ -100,7 +104,7 @@ def format_snapshot(snap: Snapshot, url: str, max_waiters: int, stated: dict[str
     return "\n".join(lines)
 
 
-def _format_state(ls: LeaseSetState, max_waiters: int, stated: dict[str, float]) -> list[str]:
+def _format_state(ls: LeaseSetState, max_waiters: int, stated: dict[str, Alive]) -> list[str]:
     limit = f"/{ls.limit}" if ls.limit is not None else ""
     # A park reservation holds a slot for a promoted task whose message is on its
     # way: it is not a running holder, and is shown apart.

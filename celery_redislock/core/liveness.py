@@ -99,20 +99,24 @@ def identity(pid: int | None = None) -> str | None:
     return None if started is None else f"{pid}.{started}"
 
 
-_STAMP: tuple[int, str] = (0, "")
+_STAMP: tuple[int, bool, str] = (0, False, "")
 
 
 def holder_fields() -> str:
     """The holder-meta JSON fields naming this process: ``"pid": <pid>`` and, on
     Linux, ``"proc": "<space>/<pid>.<start time>"`` (for ``status``, see
-    :func:`last_statement`).  Cached per pid (it is read at every acquire)."""
+    :func:`last_statements`), with ``"states": true`` when this process states
+    its holdings (:data:`RECORDER` enabled: a worker process), so that a
+    holder that stopped stating can be told from one that never does.
+    Cached per pid (it is read at every acquire)."""
     global _STAMP
     pid = os.getpid()
-    if _STAMP[0] != pid:
+    if _STAMP[0] != pid or _STAMP[1] != RECORDER.enabled:
         space, me = process_space(), identity(pid)
         proc = f', "proc": {json.dumps(f"{space}/{me}")}' if space and me else ""
-        _STAMP = (pid, f'"pid": {pid}{proc}')
-    return _STAMP[1]
+        states = ', "states": true' if proc and RECORDER.enabled else ""
+        _STAMP = (pid, RECORDER.enabled, f'"pid": {pid}{proc}{states}')
+    return _STAMP[2]
 
 
 def last_statements(client: Any, prefix: str, procs: Iterable[str]) -> dict[str, float]:
@@ -214,6 +218,10 @@ class Recorder:
         self._enabled = False
         self._stated: dict[tuple[int, str], str] = {}  # (client, prefix) -> what was stated
         self._clients: dict[tuple[int, str], Any] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
 
     def enable(self) -> None:
         """State this process's holdings from now on (a no-op off Linux)."""

@@ -7,7 +7,9 @@ wrote and the lock state in Redis afterwards.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import time
 import uuid
@@ -401,3 +403,50 @@ def test_semaphore_slot_of_a_killed_child_is_released_by_main_process(
         if result.id != victim["id"]:
             result.revoke(terminate=True, signal="SIGKILL")
     wait_for(lambda: not lease_set.holders(), 10, message="all slots free")
+
+
+def test_a_stopped_pool_child_is_shown_silent_while_the_main_process_renews_its_lease(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A pool child stopped (SIGSTOP) in its body keeps its lease: the worker's
+    main process renews it.  Its statement expires a ttl later, and from then
+    on ``status`` shows its ALIVE as ``>N ago`` (silent, in ``--json`` too)
+    and the web view marks it suspect, instead of "-" as for a holder outside
+    a worker."""
+    from click.testing import CliRunner
+
+    from celery_redislock.admin.cli import redislock
+    from celery_redislock.admin.target import Target
+    from celery_redislock.admin.web.state import overview
+
+    config = {"redis": redis_url, "prefix": f"t-{uuid.uuid4().hex[:12]}", "ttl": "2"}
+    app = create_app(config)
+    base = ["--url", redis_url, "--prefix", config["prefix"]]
+    target = Target(redis.Redis.from_url(redis_url), redis_url, config["prefix"])
+
+    def status() -> dict[str, Any]:
+        shown = CliRunner().invoke(redislock, ["status", "--json", *base])
+        assert shown.exit_code == 0, shown.output
+        body: dict[str, Any] = json.loads(shown.output)
+        return body
+
+    with worker_factory(tmp_path_factory.mktemp("stopped-child")) as start:
+        start(config, pool="prefork", concurrency=1)
+        run = app.tasks["basic.sleeper"].delay(key, 60)
+        child = wait_until_running(app, "sleeper", key)["pid"]
+        wait_for(lambda: status()["last_statement_ago"], 30, message="the child stated")
+        assert not status()["silent"]
+        os.kill(child, signal.SIGSTOP)
+        try:
+            silent = wait_for(lambda: status()["silent"], 60, message="the child shown silent")
+            body = status()
+            [lease_set] = body["lease_sets"]
+            [holder] = lease_set["holders"]
+            assert silent == [holder["owner"]] and holder["expires_in"] > 0  # still renewed
+            text = CliRunner().invoke(redislock, ["status", *base]).output
+            assert re.search(r" >[0-9.]+s ago ", text), text
+            [shown] = [h for h in overview(target)["holders"] if h["name"] == f"sleep:{key}"]
+            assert shown["suspect"] and shown["alive_silent"] and shown["alive_ago"] > 2
+        finally:
+            os.kill(child, signal.SIGCONT)
+        run.revoke(terminate=True, signal="SIGKILL")

@@ -16,12 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from ... import parking
-from ...core import liveness
 from ...core.holders import Holder, Waiter
 from ...core.inspection import LeaseSetState, inspect_names, task_id_of
 from ...core.override import Overrides
 from ...core.park import Parking, ParkStatus
 from ...core.rate import Rate
+from ..alive import Alive, statement_ages
 from ..keyrows import KeyRow, kind_and_limit
 from ..target import Target
 from ..top import top_rows
@@ -51,16 +51,18 @@ def level(held: int, limit: int | None) -> str:
     return "near" if held >= NEAR * limit else "below"
 
 
-def _holders(state: LeaseSetState, stated: dict[str, float]) -> list[dict[str, Any]]:
+def _holders(state: LeaseSetState, stated: dict[str, Alive]) -> list[dict[str, Any]]:
     """Holders as ``status`` shows them: ``alive_ago`` is its ALIVE column
     (seconds since the holder's worker process last stated its holdings;
-    None when it states nothing), ``renewed_ago`` the time since the lease
+    None when it states nothing; with ``alive_silent`` the least time since it
+    stopped, see admin/alive.py), ``renewed_ago`` the time since the lease
     was last renewed (its ttl minus what is left; None for a park
     reservation, which is not renewed)."""
     rows = []
     for h in state.holders:
         reserved = bool(h.meta.get("reserved"))
         alive = stated.get(h.owner)
+        ago = None if alive is None else alive.ago
         rows.append(
             {
                 "name": state.name,
@@ -77,27 +79,13 @@ def _holders(state: LeaseSetState, stated: dict[str, float]) -> list[dict[str, A
                 "renewed_ago": None
                 if reserved
                 else round(min(max(h.ttl - h.expires_in, 0), h.ttl), 1),
-                "alive_ago": alive,
+                "alive_ago": ago,
+                "alive_silent": alive is not None and alive.silent,
                 # stopped renewing, or its process stopped stating (every ttl/3)
-                "suspect": h.expires_in <= 0 or (alive is not None and alive > h.ttl),
+                "suspect": h.expires_in <= 0 or (ago is not None and ago > h.ttl),
             }
         )
     return rows
-
-
-def _stated(target: Target, states: list[LeaseSetState]) -> dict[str, float]:
-    """Per holder owner: seconds since its process last stated its holdings."""
-    holders = [(s, h) for s in states for h in s.holders if isinstance(h.meta.get("proc"), str)]
-    if not holders:
-        return {}
-    at = liveness.last_statements(
-        target.client, target.prefix, {h.meta["proc"] for _, h in holders}
-    )
-    return {
-        h.owner: round(max(s.now - at[h.meta["proc"]], 0.0), 1)
-        for s, h in holders
-        if h.meta["proc"] in at
-    }
 
 
 def _park(park: ParkStatus | None) -> dict[str, Any]:
@@ -177,7 +165,7 @@ def overview(target: Target, match: str = "*", max_keys: int = MAX_KEYS) -> dict
     parks = {p.name: p for p in parking.status(target.client, target.prefix, in_park, count=1)}
     keys = [_key_row(r, states.get(r.name), parks.get(r.name)) for r in rows]
     shown = [states[r.name] for r in rows if r.name in states]
-    stated = _stated(target, shown)
+    stated = statement_ages(target.client, target.prefix, shown)
     holders = [h for s in shown for h in _holders(s, stated)]
     return {
         "url": target.url,
@@ -221,7 +209,7 @@ def key_page(target: Target, name: str, count: int) -> dict[str, Any]:
         "next_due_in": park.head_due_in,
         "override": str(override) if override else None,
         **_park(park),
-        "holders": _holders(state, _stated(target, [state])),
+        "holders": _holders(state, statement_ages(target.client, target.prefix, [state])),
         "waiters": [
             {
                 "position": i + 1,

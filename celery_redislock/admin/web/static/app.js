@@ -98,7 +98,7 @@
       String(h.token), wrap(h.reserved ? dash(h.task_id) + ' (reserved: promoted, not yet started)' : dash(h.task_id)),
       dash(h.task), h.reserved ? '-' : dash(h.host) + ':' + dash(h.pid), secs(h.held_for),
       h.renewed_ago === null ? '-' : secs(h.renewed_ago) + ' ago',
-      h.alive_ago === null ? '-' : secs(h.alive_ago) + ' ago',
+      h.alive_ago === null ? '-' : (h.alive_silent ? '>' : '') + secs(h.alive_ago) + ' ago',
       secs(h.expires_in) + ' / ' + secs(h.ttl), releaseButton(h),
     ]);
     const headers = [...(withKey ? ['Key'] : []), 'Token', 'Task id', 'Task', 'Host:pid', 'Held for',
