@@ -386,6 +386,27 @@ def test_revoked_before_it_ran_clears_the_enqueue_marker(
     assert app.recorder.events("refresh_dedupe", key) == []
 
 
+def test_a_revoked_call_still_waiting_keeps_its_marker_until_cleared_beside_the_revoke(
+    app: Any, worker: WorkerProcess, key: str, config: dict[str, str], redis_client: redis.Redis
+) -> None:
+    """A revoke clears the marker when a worker discards the message (here at
+    its countdown, 60 s away); until then a new call gets the revoked call's
+    result, and ``redislock_clear_marker`` beside the revoke frees the key at
+    once (only for the task id that holds it)."""
+    task = app.tasks["basic.refresh_dedupe"]
+    revoked = task.apply_async((key, 0.01), countdown=60)
+    marker = marker_key(config["prefix"], f"dedupe:{key}", task.name)
+    revoked.revoke()
+    assert task.delay(key, 0.01).id == revoked.id  # the marker waits for the worker
+    assert not task.redislock_clear_marker("another-id", (key, 0.01), {})
+    assert redis_client.get(marker) == revoked.id.encode()
+    assert task.redislock_clear_marker(revoked.id, (key, 0.01), {})
+    fresh = task.delay(key, 0.01)
+    assert fresh.id != revoked.id
+    fresh.get(timeout=60)
+    assert [e["id"] for e in started(app, "refresh_dedupe", key)] == [fresh.id]
+
+
 def test_semaphore_slot_of_a_killed_child_is_released_by_main_process(
     app: Any, worker: WorkerProcess, key: str
 ) -> None:
