@@ -4,7 +4,9 @@ Run at ``worker_ready`` (worker/lifecycle.py: in the worker's main process, once
 when the worker has tasks of this library): it pings the Redis that
 ``redislock_url`` names, reads its version, and takes and releases a probe
 lock (``<prefix>:{redislock-worker-check}``), which runs the acquire and
-release scripts and so every command and key pattern the ACL must allow.
+release scripts and so every command and key pattern the ACL must allow,
+and publishes once on the sweepers' wake channel (which the park scripts
+publish on best effort, so a user denied it would otherwise learn nothing).
 A problem is logged as one WARNING naming the redacted URL and the setting
 (``redislock_url``), the worker starts anyway, and locked tasks keep failing
 closed until the Redis is fixed: the check changes nothing else.
@@ -32,6 +34,7 @@ from redis.exceptions import NoPermissionError, RedisClusterException, RedisErro
 from redis.retry import Retry
 
 from ..core.connection import client_from_url
+from ..core.keys import park_wake_channel
 from ..core.lock import RedisLock
 from ..diagnose import diagnose
 from ..settings import (
@@ -97,12 +100,29 @@ def _check(settings: Settings) -> tuple[list[str], str]:
         probe = RedisLock(client, PROBE_NAME, ttl=10.0, prefix=settings.prefix)
         if probe.acquire(blocking=False):  # False: another worker's probe holds it
             probe.release()
-        return problems, where
+        return problems + _wake_problems(client, settings.prefix, where), where
     except (RedisError, RedisClusterException) as exc:
         return [f"celery-redislock: {diagnose(exc, where, client).message}{_CONSEQUENCE}"], where
     finally:
         if not settings.from_factory:  # the factory's client may be shared: not ours to close
             client.close()
+
+
+def _wake_problems(client: Any, prefix: str, where: str) -> list[str]:
+    """Whether the user may publish on the sweepers' wake channel (one wake-up,
+    harmless: a sweeper looks at the index once more).  Park scripts publish
+    best effort, so without it nothing fails: promotions wait for the next
+    sweep instead of starting at once."""
+    channel = park_wake_channel(prefix)
+    try:
+        client.publish(channel, 0)
+    except NoPermissionError as exc:
+        return [
+            f"celery-redislock: the lock Redis user {where} may not publish on {channel!r} "
+            f"({exc}): grant +publish and the channel pattern '&{prefix}:*'; without it "
+            "parked tasks are promoted only at each sweep (redislock_park_sweep), not at once"
+        ]
+    return []
 
 
 def _version_problems(client: Any, where: str) -> list[str]:

@@ -158,7 +158,7 @@ def test_documented_commands_are_exactly_what_the_scripts_call() -> None:
     scripts = resources.files("celery_redislock.core").joinpath("lua")
     for lua in [*scripts.iterdir(), *scripts.joinpath("includes").iterdir()]:
         if lua.name.endswith(".lua"):
-            called |= {c.lower() for c in re.findall(r"redis\.call\('(\w+)'", lua.read_text())}
+            called |= {c.lower() for c in re.findall(r"redis\.p?call\('(\w+)'", lua.read_text())}
     assert called == set(SCRIPT_COMMANDS)
     assert {"evalsha", "script|load", "blpop"} <= set(CLIENT_COMMANDS)
 
@@ -216,6 +216,37 @@ def test_a_missing_command_is_named(
     assert lock.lease is None
     assert other.waiters() == []  # the queue place was given up
     other.release()
+
+
+def test_without_publish_a_park_call_still_completes_and_the_worker_check_names_it(
+    acl_server: RedisServer, prefix: str
+) -> None:
+    """The sweepers' wake-up is best effort: a user denied PUBLISH must not
+    see a park call raise after its writes (the call would be parked, and run
+    later, though the caller was told it failed).  The worker's start check
+    names the missing permission instead."""
+    from celery import Celery
+
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.park import Parking
+    from celery_redislock.core.park_types import ParkConfig
+    from celery_redislock.worker.checks import check_app
+
+    client = user(acl_server, "nopublish", [r for r in acl_rules(prefix) if r != "+publish"])
+    with pytest.raises(NoPermissionError):
+        client.publish(f"{prefix}:x", 0)
+    park = Parking(client, prefix, "nopub")
+    first = park.enqueue("t1", Capacity.semaphore(1), '{"task": "x"}', 0, ParkConfig(), "x")
+    second = park.enqueue("t2", Capacity.semaphore(1), '{"task": "x"}', 0, ParkConfig(), "x")
+    assert first.token > 0 and second.count == 1  # reserved, then parked: no error
+    app = Celery("nopub", set_as_current=False)
+    app.conf.redislock_url = f"redis://nopublish:pw@127.0.0.1:{acl_server.port}/0"
+    app.conf.redislock_prefix = prefix
+    [problem] = check_app(app)
+    assert "may not publish" in problem and "grant +publish" in problem, problem
+    user(acl_server, "everything", acl_rules(prefix))
+    app.conf.redislock_url = f"redis://everything:pw@127.0.0.1:{acl_server.port}/0"
+    assert check_app(app) == []
 
 
 def test_a_key_outside_the_pattern_is_named(acl_server: RedisServer, prefix: str) -> None:

@@ -62,7 +62,10 @@ local function next_due(raw_limit, n_holders, parked)
         sooner = not first[2] or due < tonumber(first[2])
       end
       redis.call('ZADD', INDEX, due, PNAME)
-      if sooner then redis.call('PUBLISH', INDEX .. ':wake', due) end
+      -- Best effort (pcall): sweepers look at the index every interval
+      -- anyway, and a user denied PUBLISH must not see this call fail after
+      -- its writes (a worker's start check names the missing permission).
+      if sooner then redis.pcall('PUBLISH', INDEX .. ':wake', due) end
     end
   end
   return due
