@@ -92,13 +92,17 @@ class View:
         data: dict[str, Any] = self.json("/api/key/" + quote(name, safe=""))
         return data
 
-    def post(self, action: str, body: dict[str, Any], token: str | None) -> tuple[int, Any]:
+    def post(
+        self, action: str, body: dict[str, Any], token: str | None, host: str | None = None
+    ) -> tuple[int, Any]:
         request = urllib.request.Request(
             f"{self.url}api/action/{action}",
             data=json.dumps(body).encode(),
             method="POST",
             headers={"Content-Type": "application/json"},
         )
+        if host is not None:
+            request.add_header("Host", host)
         if token is not None:
             request.add_header("X-Redislock-Token", token)
         try:
@@ -319,6 +323,15 @@ def test_actions_without_allow_actions_or_the_token_are_refused_and_change_nothi
         for token in (None, "", "wrong", opened.token + "x"):
             status, reply = opened.post(action, body, token)
             assert status == 403 and "X-Redislock-Token" in reply["error"]
+        # the right token from a page of another site (DNS rebinding)
+        status, reply = opened.post(action, body, opened.token, host="evil.example:80")
+        assert status == 403 and "unexpected Host header" in reply["error"]
+        wait_for(
+            lambda a=action: (
+                f"refused action {a!r} from 127.0.0.1: unexpected Host header" in opened.stderr()
+            ),
+            message=f"the refused {action}'s WARNING line",
+        )
     after = opened.state()
     assert [(k["name"], k["held"], k["parked"], k["paused_for"]) for k in after["keys"]] == [
         (k["name"], k["held"], k["parked"], k["paused_for"]) for k in before["keys"]

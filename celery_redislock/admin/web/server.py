@@ -155,9 +155,16 @@ class Handler(BaseHTTPRequestHandler):
         self._json(status, {"error": message})
 
     def _host_ok(self) -> bool:
-        if allowed_host(self.headers.get("Host"), self.server.host, self.server.port):
+        host = self.headers.get("Host")
+        if allowed_host(host, self.server.host, self.server.port):
             return True
-        self._error(403, "unexpected Host header (open the page at the address it was started on)")
+        why = "unexpected Host header (open the page at the address it was started on)"
+        if self.command == "POST":  # an action, as every refused one: a WARNING line
+            action = urlsplit(self.path).path.rpartition("/")[2]
+            log.warning(
+                "refused action %r from %s: %s %r", action, self.client_address[0], why, host
+            )
+        self._error(403, why)
         return False
 
     def do_GET(self) -> None:
