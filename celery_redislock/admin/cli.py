@@ -49,7 +49,7 @@ import click
 
 from .. import parking
 from ..core.inspection import force_release, inspect_names, snapshot
-from ..core.keys import LeaseKeys
+from ..core.keys import LeaseKeys, validate_name
 from ..core.override import Overrides, overridden_names
 from ..core.park import wake
 from ..core.rate import RateLimiter, parse_rate
@@ -174,6 +174,10 @@ def parked(target: Target, names: tuple[str, ...], count: int, as_json: bool) ->
 @connection_options
 def discard_parked(target: Target, name: str, task_ids: tuple[str, ...], force: bool) -> None:
     """Discard the parked tasks of NAME (they never run; marked REVOKED)."""
+    try:
+        validate_name(name)
+    except (TypeError, ValueError) as exc:
+        raise Mistake(f"bad NAME {name!r}: {exc}") from None
     what = ", ".join(task_ids) if task_ids else "all parked tasks"
     if not force:
         click.confirm(f"discard {what} of {name!r}?", abort=True)

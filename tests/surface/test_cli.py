@@ -266,6 +266,8 @@ def test_pause_and_resume_a_key_from_the_shell(
         (["pause", "api:acme", "soon"], "SECONDS"),
         (["pause", "a{b", "5"], "bad NAME 'a{b'"),
         (["resume", "a{b"], "bad NAME 'a{b'"),
+        (["discard-parked", "a{b", "--force"], "bad NAME 'a{b'"),
+        (["discard-parked", "a{b"], "bad NAME 'a{b'"),  # before asking to confirm
     ]:
         result = run("-A", app_module, "redislock", *args)
         assert result.exit_code == 2, result.output
