@@ -14,7 +14,7 @@ once for the whole deployment.
                                         (once per run: listed limits not counted)
 ``redislock_contended_total{outcome}``  runs or calls that met a held key: ``outcome``
                                         is ``lock_contended``'s policy (``skip``,
-                                        ``retry``, ``wait``, ``raise``, ``dedupe``,
+                                        ``retry``, ``wait`` (timed out), ``raise``, ``dedupe``,
                                         ``redelivered``; ``park`` / ``keep_latest``
                                         for a run a listed limit sent back), ``park``
                                         (parked) or ``rate`` (held back by the key's
