@@ -31,6 +31,7 @@ Tasks that need their own ``Request`` class should subclass :class:`LockRequest`
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -217,10 +218,15 @@ class _Renewer:
     the entries stay due and go with the next batch.
     """
 
+    #: seconds between two WARNINGs about one name's failing renewals (the
+    #: watcher retries every INTERVAL: one line each time would flood the log)
+    WARN_EVERY = 30.0
+
     def __init__(self, watcher: ChildWatcher) -> None:
         self._watcher = watcher
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="redislock-child-renewer")
         self._future: Future[None] | None = None
+        self._warned_at: dict[str, float] = {}  # name -> when its failure was last a WARNING
 
     def submit(self, due: list[_Renewal]) -> None:
         if self._future is not None and not self._future.done():
@@ -243,16 +249,22 @@ class _Renewer:
                     client, keys.refresh_keys(), sorted({r.prefix for r in group})
                 )
             except Exception as exc:
-                log.warning(
+                now = time.monotonic()
+                quiet = now - self._warned_at.get(first.name, -math.inf) < self.WARN_EVERY
+                if not quiet:
+                    self._warned_at[first.name] = now
+                (log.debug if quiet else log.warning)(
                     "main process: could not renew the leases on %r of its children "
-                    "(retrying soon; the children renew too): %r",
+                    "(retrying soon; the children renew too; said once per %g s): %r",
                     first.name,
+                    self.WARN_EVERY,
                     exc,
                 )
-                retry_at = time.monotonic() + self._watcher.INTERVAL
+                retry_at = now + self._watcher.INTERVAL
                 for renewal in group:
                     renewal.next_at = min(renewal.next_at, retry_at)
                 continue
+            self._warned_at.pop(first.name, None)  # the next failure is news again
             if int(renewed):
                 interval = int(shortest_ms) / 3000
                 for renewal in group:

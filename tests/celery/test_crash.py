@@ -249,3 +249,24 @@ def test_lease_lost_when_the_lock_redis_restarts(redis_url: str, start_worker: A
         assert len(lost) == 1
         # The name is free again for others.
         assert app.tasks["basic.sleeper"].delay("x", 0.01).get(timeout=60)["name"] == "sleep:x"
+
+
+def test_a_lock_redis_that_stays_down_is_one_renewal_warning_not_a_flood(
+    redis_url: str, start_worker: Any
+) -> None:
+    """The main process retries a failing renewal every 0.1 s: while the lock
+    Redis stays down it says so in one WARNING per name (per 30 s), not one
+    per retry; the run itself sees its lease lost as before."""
+    with RedisServer() as locks:
+        config = make_config(redis_url, lock_redis=locks.url)
+        app = create_app(config)
+        worker = start_worker(config, concurrency=2)
+        result = app.tasks["basic.watch_lost"].apply_async(("x", 60), lock_ttl=3)
+        wait_for(lambda: starts(app, "watch_lost", "x"), 60, message="task to start")
+        locks.kill()
+        try:
+            assert result.get(timeout=60) is False  # the body saw owned() turn False
+            log = worker.log_path.read_text()
+            assert log.count("main process: could not renew the leases") == 1, log[-3000:]
+        finally:
+            locks.restart()
