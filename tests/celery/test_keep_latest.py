@@ -228,14 +228,20 @@ def test_a_throttle_runs_the_leading_call_and_the_newest_at_the_end_of_the_windo
 ) -> None:
     key = uuid.uuid4().hex[:8]
     calls: list[tuple[str, float]] = []
+    t0 = time.time()  # no start is scheduled before the first call
     for n in range(30):  # every 0.1 s for 3 s against a 1 s window
         calls.append((app.tasks["basic.throttled"].delay(key, n).id, time.time()))
         time.sleep(0.1)
     app.AsyncResult(calls[-1][0]).get(timeout=60)
     started = runs(app, key, "throttled")
     assert started[0]["value"] == 0 and started[-1]["value"] == 29  # leading, trailing
+    # One start per window at most: the k-th start no earlier than k windows
+    # after the first call (a late body start, on a loaded machine, is fine;
+    # 5 ms: a parked backlog's schedule lag, docs/rate.md; 1 ms: clock reads).
+    early = [k for k, e in enumerate(started) if e["t"] < t0 + k * 1.0 - 0.006]
+    assert not early, [round(e["t"] - t0, 3) for e in started]
     gaps = [b["t"] - a["t"] for a, b in itertools.pairwise(started)]
-    assert all(gap >= 1.0 - 0.01 for gap in gaps), gaps  # one start per window at most
+    assert all(gap > 0.75 for gap in gaps), gaps  # never two starts in one window
     assert len(started) <= 5  # 3 s of calls: windows at 0, 1, 2, 3 and the trailing one
     check_every_call_served(app, key, calls, "throttled")
 
