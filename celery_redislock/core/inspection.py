@@ -10,7 +10,8 @@ on its own::
 Finding lease sets walks the keyspace with ``SCAN ... MATCH <prefix>:{*}
 TYPE zset`` (Redis >= 6.0), never ``KEYS``, so it does not block the server
 however many keys it holds; the lease sets found are then read with the
-``inspect.lua`` script, pipelined in batches.
+``inspect.lua`` script, pipelined in batches (on a Cluster, one call per name:
+redis-py's cluster pipeline refuses scripts).
 
 What is and is not guaranteed: each lease set is read atomically (one
 script), but a snapshot of many is not a single point in time: holders may
@@ -188,7 +189,8 @@ def scan_names(client: Any, prefix: str, match: str = "*") -> Iterator[str]:
 
 
 def inspect_names(client: Any, prefix: str, names: Iterable[str]) -> list[LeaseSetState]:
-    """The state of each named lease set (empty ones included), pipelined.
+    """The state of each named lease set (empty ones included), pipelined (one
+    call per name on a Cluster).
 
     Raises ``TypeError``/``ValueError`` for a name no lock could have.
     """

@@ -58,6 +58,7 @@ class Lease:
         self._closed = False
         self._overdue_since: float | None = None
         self._rechecked_at = -math.inf
+        self._asker: threading.Thread | None = None  # the recheck under way, if any
         #: a newer call superseded this holder (lock_supersede), as the last
         #: renewal or checkpoint reported it
         self.superseded = False
@@ -135,6 +136,8 @@ class Lease:
             return True
         if now - self._rechecked_at < self.grace:
             return False
+        if self._asker is not None and self._asker.is_alive():
+            return False  # the last question still hangs: one at a time
         self._rechecked_at = now
         answer: list[bool] = []
 
@@ -151,7 +154,12 @@ class Lease:
         # Asked in a thread of its own, so a Redis that hangs holds the caller
         # for ``grace`` at most, not for the client's socket timeout and retries.
         asker = threading.Thread(target=ask, name="redislock-recheck", daemon=True)
-        asker.start()
+        try:
+            asker.start()
+        except RuntimeError as exc:  # no thread to be had (a limit, shutdown)
+            log.debug("recheck of %r not sent: %r", self.keys.name, exc)
+            return False
+        self._asker = asker
         asker.join(self.grace)
         return bool(answer) and answer[0]
 

@@ -111,11 +111,12 @@ def holder_fields() -> str:
     Cached per pid (it is read at every acquire)."""
     global _STAMP
     pid = os.getpid()
-    if _STAMP[0] != pid or _STAMP[1] != RECORDER.enabled:
+    enabled = RECORDER._enabled  # read on every acquire: the attribute, not the property
+    if _STAMP[0] != pid or _STAMP[1] != enabled:
         space, me = process_space(), identity(pid)
         proc = f', "proc": {json.dumps(f"{space}/{me}")}' if space and me else ""
-        states = ', "states": true' if proc and RECORDER.enabled else ""
-        _STAMP = (pid, RECORDER.enabled, f'"pid": {pid}{proc}{states}')
+        states = ', "states": true' if proc and enabled else ""
+        _STAMP = (pid, enabled, f'"pid": {pid}{proc}{states}')
     return _STAMP[2]
 
 
@@ -216,8 +217,8 @@ class Recorder:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._enabled = False
-        self._stated: dict[tuple[int, str], str] = {}  # (client, prefix) -> what was stated
-        self._clients: dict[tuple[int, str], Any] = {}
+        self._stated: dict[tuple[object, str], str] = {}  # (Redis, prefix) -> what was stated
+        self._clients: dict[tuple[object, str], Any] = {}
 
     @property
     def enabled(self) -> bool:
@@ -248,10 +249,12 @@ class Recorder:
 
     def state(self, space: str, me: str, leases: Iterable[Lease]) -> None:
         """Write what this process holds, per client and prefix (one script call each)."""
-        groups: dict[tuple[int, str], dict[str, list[str]]] = {}
-        ttls: dict[tuple[int, str], float] = {}
+        groups: dict[tuple[object, str], dict[str, list[str]]] = {}
+        ttls: dict[tuple[object, str], float] = {}
         for lease in leases:
-            group = (id(lease.client), lease.keys.prefix)
+            # One statement per Redis and prefix: two clients of one Redis
+            # write the same record, so they must state together.
+            group = (_server_of(lease.client), lease.keys.prefix)
             self._clients[group] = lease.client
             groups.setdefault(group, {}).setdefault(lease.keys.name, []).append(lease.owner)
             ttls[group] = max(ttls.get(group, 0.0), lease.ttl)
@@ -266,6 +269,17 @@ class Recorder:
             ttl_ms = int(ttls.get(group, 0.0) * 1000) + 1000
             LIVE_REGISTER(client, [keys.index, keys.record(me)], [me, holdings, ttl_ms])
             self._stated[group] = holdings
+
+
+def _server_of(client: Any) -> object:
+    """Which Redis ``client`` talks to (a Sentinel service, host, port, socket
+    path, db), or the client itself when that cannot be read (a Cluster client)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict):
+        return id(client)
+    where = (kwargs.get("host"), kwargs.get("port"), kwargs.get("path"), kwargs.get("db"))
+    return (getattr(pool, "service_name", None), *where)  # a Sentinel pool: its service
 
 
 RECORDER = Recorder()

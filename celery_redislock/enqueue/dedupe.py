@@ -46,6 +46,7 @@ __all__ = [
     "clear_for",
     "marker_key",
     "marker_ttl",
+    "wanted",
 ]
 
 log = logging.getLogger("celery_redislock")
@@ -161,6 +162,16 @@ def clear_for(task: Any, task_id: str, args: Any, kwargs: Any) -> bool:
     except RedisError as exc:
         log.error("could not clear the dedupe marker of %s (%r); it expires", task_id, exc)
         return False
+
+
+def wanted(task: Any, task_id: str | None, headers: Mapping[str, Any]) -> bool:
+    """Whether a publish of ``task`` de-duplicates: the call's ``lock_dedupe``,
+    else the class's; never a retry or requeue of the running task (it keeps
+    the marker it holds, see :func:`before_publish`)."""
+    request = task.request
+    if not request.called_directly and task_id == request.id:
+        return False
+    return bool(headers.get(HEADER, task.lock_dedupe))
 
 
 def before_publish(

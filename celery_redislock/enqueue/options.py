@@ -146,16 +146,20 @@ def call_headers(options: dict[str, Any], check_policy: Callable[[object], str])
     The headers already in ``options["headers"]`` are kept (and popped too).
     """
     headers = dict(options.pop("headers", None) or {})
+    stamped = set(options.get("stamped_headers") or ())
     for option in options:
         # Celery would pass a misspelt one on as a message property, unread.
-        if option.startswith(("lock_", "semaphore_")) and option not in CALL_OPTIONS:
-            nearest = difflib.get_close_matches(option, sorted(CALL_OPTIONS), n=1, cutoff=0.6)
-            hint = (
-                f"did you mean {nearest[0]!r}?"
-                if nearest
-                else f"they are: {', '.join(CALL_OPTIONS)}"
-            )
-            raise TypeError(f"{option!r} is not a per-call option of apply_async; {hint}")
+        # Only a near miss is refused: other names may be a canvas stamp or a
+        # mixin's own option (Celery passes stamps as options).
+        if option in CALL_OPTIONS or option in stamped:
+            continue
+        if option.startswith(("lock_", "semaphore_")):
+            nearest = difflib.get_close_matches(option, sorted(CALL_OPTIONS), n=1, cutoff=0.8)
+            if nearest:
+                raise TypeError(
+                    f"{option!r} is not a per-call option of apply_async; "
+                    f"did you mean {nearest[0]!r}?"
+                )
     for option in [k for k in options if k in CALL_OPTIONS]:
         value = options.pop(option)
         if option == "lock_policy":
@@ -185,4 +189,10 @@ def run_options(
         wait_header = (getattr(request, "headers", None) or {}).get(HEADER_WAIT_TIMEOUT, _ABSENT)
     if wait_header is _ABSENT:
         return ttl, default_wait_timeout
-    return ttl, check_timeout(wait_header, f"the {HEADER_WAIT_TIMEOUT} header")
+    what = f"the {HEADER_WAIT_TIMEOUT} header"
+    if isinstance(wait_header, str):  # as producers that write headers as text send it
+        try:
+            wait_header = float(wait_header)
+        except ValueError:
+            raise ValueError(f"{what} must be a number of seconds, got {wait_header!r}") from None
+    return ttl, check_timeout(wait_header, what)

@@ -54,7 +54,7 @@ def publish_call(
     headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
     policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or task.lock_policy)]
     policy.check_rate(task.name, type(task)._redislock_rate)  # a per-call lock_policy
-    check_call(task, policy, bool(headers.get(dedupe.HEADER, task.lock_dedupe)))
+    check_call(task, policy, policy.coalesces and dedupe.wanted(task, task_id, headers))
     if type(task)._redislock_listed:
         check_policy_with_limits(task.name, policy.name)
     task_id, claimed, holder = dedupe.before_publish(task, name, task_id or uuid(), headers, call)

@@ -250,6 +250,9 @@ class _Renewer:
                 )
             except Exception as exc:
                 now = time.monotonic()
+                self._warned_at = {  # bounded: only the names warned about lately
+                    n: t for n, t in self._warned_at.items() if now - t < self.WARN_EVERY
+                }
                 quiet = now - self._warned_at.get(first.name, -math.inf) < self.WARN_EVERY
                 if not quiet:
                     self._warned_at[first.name] = now

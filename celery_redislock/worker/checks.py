@@ -34,6 +34,7 @@ from redis.exceptions import NoPermissionError, RedisClusterException, RedisErro
 from redis.retry import Retry
 
 from ..core.connection import client_from_url
+from ..core.heartbeat import is_cluster
 from ..core.keys import park_wake_channel
 from ..core.lock import RedisLock
 from ..diagnose import diagnose
@@ -113,14 +114,21 @@ def _wake_problems(client: Any, prefix: str, where: str) -> list[str]:
     harmless: a sweeper looks at the index once more).  Park scripts publish
     best effort, so without it nothing fails: promotions wait for the next
     sweep instead of starting at once."""
+    if is_cluster(client):
+        return []  # sweepers on a Cluster do not listen: they sweep at each interval
     channel = park_wake_channel(prefix)
     try:
         client.publish(channel, 0)
-    except NoPermissionError as exc:
+    except RedisError as exc:
+        grant = (
+            f"grant +publish and the channel pattern '&{prefix}:*'"
+            if isinstance(exc, NoPermissionError)
+            else "check the Redis (or proxy) in between"
+        )
         return [
-            f"celery-redislock: the lock Redis user {where} may not publish on {channel!r} "
-            f"({exc}): grant +publish and the channel pattern '&{prefix}:*'; without it "
-            "parked tasks are promoted only at each sweep (redislock_park_sweep), not at once"
+            f"celery-redislock: the lock Redis {where} refused a PUBLISH on {channel!r} "
+            f"({exc}): {grant}; without it parked tasks are promoted only at each sweep "
+            "(redislock_park_sweep), not at once"
         ]
     return []
 

@@ -353,6 +353,9 @@ def test_a_per_call_option_that_drops_a_promise_is_refused_at_the_call(app: Cele
     @unique_task(app, base=LockedTask, lock_key="u:{x}", lock_dedupe=True)
     def unique(x: int) -> None: ...
 
+    @unique_task(app, base=LockedTask, lock_key="p:{x}")
+    def plain(x: int) -> None: ...
+
     for policy in ("skip", "park", "raise", "wait", "retry"):
         with pytest.raises(ValueError, match="without its lock_debounce"):
             debounced.apply_async((1,), lock_policy=policy)
@@ -362,10 +365,17 @@ def test_a_per_call_option_that_drops_a_promise_is_refused_at_the_call(app: Cele
         latest.apply_async((1,), lock_dedupe=True)
     with pytest.raises(ValueError, match="lock_dedupe does not combine"):
         unique.apply_async((1,), lock_policy="keep_latest")
+    # A retry of the running call (same id) claims no marker: not refused.
+    unique.push_request(id="running", called_directly=False)
+    try:
+        unique.apply_async((1,), task_id="running", lock_policy="keep_latest")
+    finally:
+        unique.pop_request()
     with pytest.raises(TypeError, match="did you mean 'lock_policy'"):
         latest.apply_async((1,), lock_polcy="wait")
-    with pytest.raises(TypeError, match="not a per-call option"):
-        latest.apply_async((1,), semaphore_limit=3)
+    # Other names pass, as Celery passes them: a canvas stamp, a mixin's option.
+    plain.apply_async((1,), stamped_headers=["lock_owner"], lock_owner="ops")
+    plain.apply_async((1,), lock_owner="ops")
 
 
 def test_callable_key_must_return_a_valid_name(app: Celery) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -149,10 +151,13 @@ def test_owned_does_not_wait_for_a_redis_that_hangs(own_redis: RedisServer) -> N
         deadline = time.monotonic() + 10
         while not lease.lost and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert lease.lost, "the local deadline passed"
+        assert lease.lost and lease.lost_reason == "not renewed within its ttl"  # not reported yet
         asked_at = time.monotonic()
         assert not lock.owned()
         assert time.monotonic() - asked_at < 10  # grace 0.5 s; the socket timeout is 30 s
+        time.sleep(lease.grace)  # a second question while the first still hangs: not sent
+        assert not lock.owned()
+        assert [t.name for t in threading.enumerate()].count("redislock-recheck") == 1
     finally:
         own_redis.resume()
 
@@ -165,3 +170,34 @@ def test_lease_lost_when_redis_restarts_empty(own_redis: RedisServer) -> None:
     own_redis.restart()
     wait_for(lambda: lost, timeout=3, message="loss after restart")
     assert lost == ["restart"]
+
+
+def test_two_clients_of_one_redis_state_their_holdings_together(
+    redis_url: str, prefix: str
+) -> None:
+    """A process holding leases through two clients of one Redis and prefix
+    (the Celery layer's and a body's own) writes one statement for both: the
+    release of one client's last lease must not erase the other's (it did,
+    until the next statement: the holder read as silent, and the dead-holder
+    path could not see it)."""
+    from celery_redislock.core import liveness
+
+    space, me = liveness.process_space(), liveness.identity()
+    if space is None or me is None:
+        pytest.skip("statements need Linux's /proc (a process space)")
+    first, second = redis.Redis.from_url(redis_url), redis.Redis.from_url(redis_url)
+    kept = RedisLock(first, "kept", prefix=prefix, ttl=30)
+    brief = RedisLock(second, "brief", prefix=prefix, ttl=30)
+    assert kept.acquire() and brief.acquire()
+    recorder = liveness.Recorder()
+    try:
+        recorder.state(space, me, [kept.lease, brief.lease])  # type: ignore[list-item]
+        [record] = [r for p, _, r in liveness._statements(first, prefix, space) if p == me]
+        assert sorted(json.loads(record)) == ["brief", "kept"]  # one record names both
+        brief.release()
+        recorder.state(space, me, [kept.lease])  # type: ignore[list-item]
+        stated = liveness.last_statements(first, prefix, [f"{space}/{me}"])
+        assert f"{space}/{me}" in stated
+    finally:
+        liveness.forget(first, prefix, me)
+        kept.release()

@@ -228,7 +228,8 @@ def test_without_publish_a_park_call_still_completes_and_the_worker_check_names_
     from celery import Celery
 
     from celery_redislock.core.capacity import Capacity
-    from celery_redislock.core.park import Parking
+    from celery_redislock.core.override import Overrides
+    from celery_redislock.core.park import Parking, wake
     from celery_redislock.core.park_types import ParkConfig
     from celery_redislock.worker.checks import check_app
 
@@ -239,11 +240,13 @@ def test_without_publish_a_park_call_still_completes_and_the_worker_check_names_
     first = park.enqueue("t1", Capacity.semaphore(1), '{"task": "x"}', 0, ParkConfig(), "x")
     second = park.enqueue("t2", Capacity.semaphore(1), '{"task": "x"}', 0, ParkConfig(), "x")
     assert first.token > 0 and second.count == 1  # reserved, then parked: no error
+    assert wake(client, prefix, "nopub")  # `resume`: the name looked at again
+    assert Overrides(client, "nopub", prefix=prefix).set(limit=2)  # `limit set`
     app = Celery("nopub", set_as_current=False)
     app.conf.redislock_url = f"redis://nopublish:pw@127.0.0.1:{acl_server.port}/0"
     app.conf.redislock_prefix = prefix
     [problem] = check_app(app)
-    assert "may not publish" in problem and "grant +publish" in problem, problem
+    assert "refused a PUBLISH" in problem and "grant +publish" in problem, problem
     user(acl_server, "everything", acl_rules(prefix))
     app.conf.redislock_url = f"redis://everything:pw@127.0.0.1:{acl_server.port}/0"
     assert check_app(app) == []

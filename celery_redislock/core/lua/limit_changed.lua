@@ -13,5 +13,5 @@
 
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 redis.call('PEXPIRE', KEYS[2], 60000)
-redis.call('PUBLISH', KEYS[1] .. ':wake', 0)
+redis.pcall('PUBLISH', KEYS[1] .. ':wake', 0)  -- best effort, see includes/next_due.lua
 return 1

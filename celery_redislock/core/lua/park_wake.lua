@@ -9,5 +9,5 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 redis.call('ZADD', KEYS[1], now_ms, ARGV[1])
-redis.call('PUBLISH', KEYS[1] .. ':wake', now_ms)
+redis.pcall('PUBLISH', KEYS[1] .. ':wake', now_ms)  -- best effort, see includes/next_due.lua
 return 1
