@@ -396,6 +396,12 @@ def test_a_revoked_call_still_waiting_keeps_its_marker_until_cleared_beside_the_
     task = app.tasks["basic.refresh_dedupe"]
     revoked = task.apply_async((key, 0.01), countdown=60)
     marker = marker_key(config["prefix"], f"dedupe:{key}", task.name)
+
+    def held_by_the_worker() -> bool:  # else a revoke seen first discards it on receipt
+        scheduled = app.control.inspect(timeout=2).scheduled() or {}
+        return revoked.id in json.dumps(scheduled)
+
+    wait_for(held_by_the_worker, 30, message="the worker holds the countdown message")
     revoked.revoke()
     assert task.delay(key, 0.01).id == revoked.id  # the marker waits for the worker
     assert not task.redislock_clear_marker("another-id", (key, 0.01), {})
