@@ -111,7 +111,7 @@ def holder_fields() -> str:
     Cached per pid (it is read at every acquire)."""
     global _STAMP
     pid = os.getpid()
-    enabled = RECORDER._enabled  # read on every acquire: the attribute, not the property
+    enabled = RECORDER._enabled
     if _STAMP[0] != pid or _STAMP[1] != enabled:
         space, me = process_space(), identity(pid)
         proc = f', "proc": {json.dumps(f"{space}/{me}")}' if space and me else ""
@@ -219,10 +219,6 @@ class Recorder:
         self._enabled = False
         self._stated: dict[tuple[object, str], str] = {}  # (Redis, prefix) -> what was stated
         self._clients: dict[tuple[object, str], Any] = {}
-
-    @property
-    def enabled(self) -> bool:
-        return self._enabled
 
     def enable(self) -> None:
         """State this process's holdings from now on (a no-op off Linux)."""

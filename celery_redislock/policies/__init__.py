@@ -49,11 +49,14 @@ POLICIES: dict[str, Policy] = {
 
 def check_options(task: Any) -> None:
     """At decoration: each policy checks the options it owns (refused on a
-    task of another policy), and the task's policy whether it takes a rate."""
+    task of another policy), the task's policy whether it takes a rate, and
+    whether the class's ``lock_dedupe`` combines with it (:func:`check_call`)."""
     for policy in POLICIES.values():
         policy.check_options(task)
     name = getattr(task, "name", None) or task.__name__
-    POLICIES[check_policy(task.lock_policy)].check_rate(name, task.rate)
+    policy = POLICIES[check_policy(task.lock_policy)]
+    policy.check_rate(name, task.rate)
+    check_call(task, policy, task.lock_dedupe is True)  # the class's own call options
 
 
 def check_policy(policy: object, what: str = "lock_policy") -> str:
@@ -71,8 +74,9 @@ def check_call(task: Any, policy: Policy, dedupe: bool = False) -> None:
     if policy is not declared:
         declared.check_other_policy(task, policy)
     if dedupe and policy.coalesces:
+        name = getattr(task, "name", None) or task.__name__
         raise ValueError(
-            f"task {task.name}: lock_dedupe does not combine with lock_policy={policy.name!r} "
+            f"task {name}: lock_dedupe does not combine with lock_policy={policy.name!r} "
             "(a call made while a run is queued or running would get that run's result "
             "instead of a run that starts after it)"
         )

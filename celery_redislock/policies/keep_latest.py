@@ -62,13 +62,6 @@ class KeepLatest(Park):
         _check_debounce(task)
         _check_throttle(task)
         _check_supersede(task)
-        if task.lock_policy == self.name and task.lock_dedupe is True:
-            name = getattr(task, "name", None) or task.__name__
-            raise ValueError(
-                f"task {name}: lock_dedupe does not combine with lock_policy={self.name!r} "
-                "(a call made while a run is queued or running would get that run's "
-                "result instead of a run that starts after it)"
-            )
 
     def check_other_policy(self, task: Any, policy: Policy) -> None:
         """Debounce and supersede exist only in this policy's park: a call of
