@@ -5,7 +5,7 @@
                                the broker is Redis (then with the broker's
                                Sentinel ``master_name``/``sentinel_kwargs``/
                                ``min_other_sentinels`` and ``broker_use_ssl``),
-                               else an error
+                               else an error (with a client factory: ``""``)
 ``redislock_prefix``           key prefix (default ``"redislock"``)
 ``redislock_default_ttl``      lease TTL in seconds (default 30)
 ``redislock_transport_options`` extra client options (dict; see
@@ -241,11 +241,15 @@ def settings_from_app(app: Any, url: str | None = None) -> Settings:
     else:
         url, setting_name = setting(conf, "redislock_url")
     transport_options = dict(setting(conf, "redislock_transport_options")[0] or {})
+    factory, factory_setting = setting(conf, "redislock_client_factory")
     if not url:
         broker, source = _broker(conf)
         if scheme_of(broker) in _BROKER_SCHEMES:
             url, setting_name = broker, source
             transport_options = {**_broker_connection_options(conf), **transport_options}
+        elif factory is not None:
+            # The factory builds the client: it is given "" for a URL.
+            url, setting_name = "", factory_setting
         else:
             if broker and "://" not in broker:  # broker_host in its old sense, a host name
                 why = f"the broker {broker!r} ({_BROKER_SOURCES[source]}) is not a URL"
@@ -270,7 +274,6 @@ def settings_from_app(app: Any, url: str | None = None) -> Settings:
     ttl, ttl_key = setting(conf, "redislock_default_ttl", 30.0)
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
         raise ValueError(f"{ttl_key} must be a positive number of seconds: {ttl!r}")
-    factory = setting(conf, "redislock_client_factory")[0]
     if factory is not None:
         transport_options["client_factory"] = factory
     return Settings(
@@ -292,7 +295,7 @@ def named(settings: Settings, client: Any = None) -> tuple[str, str]:
     what the factory was given)."""
     if settings.from_factory and client is not None:
         return address_of(client), "the client of setting redislock_client_factory"
-    return redact(settings.url), settings.url_origin
+    return redact(settings.url) or "(no URL)", settings.url_origin
 
 
 def where(settings: Settings, client: Any = None) -> str:

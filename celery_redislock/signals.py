@@ -26,7 +26,8 @@ exception in a receiver is logged, never raised into the task.
                    ``"worker lost"``, ``"terminated"``, ``"time limit"``),
                    ``held`` (whether Redis still had it)
 ``lock_lost``      the heartbeat found the lease gone while the task ran
-                   (sent from the heartbeat thread).  kwargs: ``task_id``,
+                   (sent from the heartbeat thread), or the release found
+                   it gone first (sent before ``lock_released``).  kwargs: ``task_id``,
                    ``name``, ``token``, ``kind``, ``reason``
 ``lock_parked``    policy ``park`` stored a task in its name's park list
                    instead of running or publishing it.  kwargs:

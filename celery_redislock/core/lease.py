@@ -186,13 +186,16 @@ class Lease:
         with self._guard:
             self._closed = True
 
-    def mark_lost(self, reason: str) -> bool:
+    def mark_lost(self, reason: str, at_release: bool = False) -> bool:
         """Record the loss once: warn and run the callbacks.
 
-        False (and silent) if already lost or released by the holder.
+        False (and silent) if already lost, or released by the holder, unless
+        ``at_release``: the holder's release found the lease gone (a body that
+        kept the heartbeat from running, in a threads or solo pool), which is
+        reported as any other loss, once.
         """
         with self._guard:
-            if self._lost_reason is not None or self._closed:
+            if self._lost_reason is not None or (self._closed and not at_release):
                 return False
             self._lost_reason = reason
         log.warning("lease on %r (fencing token %d) lost: %s", self.keys.name, self.token, reason)

@@ -450,6 +450,35 @@ def test_a_client_factory_s_open_connection_is_the_only_one_used(
     shared.close()
 
 
+def test_a_client_factory_alone_is_enough_with_a_broker_that_is_not_redis(
+    redis_url: str, prefix: str
+) -> None:
+    """docs/testing.md: an eager suite on ``memory://`` points the library at
+    its own connection with the factory only (no ``redislock_url``); the
+    factory is given ``""`` for the URL."""
+    reset()
+    shared = redis.Redis.from_url(redis_url)
+    shared.ping()  # the suite's own connection, already open
+    given: list[str] = []
+
+    def factory(url: str, options: dict[str, Any]) -> redis.Redis:
+        given.append(url)
+        return shared
+
+    app = eager_app(redis_url, prefix, redislock_client_factory=factory)
+    app.conf.broker_url = "memory://"
+    settings = settings_from_app(app)
+    assert (settings.url, settings.url_setting) == ("", "redislock_client_factory")
+    once, capped = guarded_tasks(app)
+    with Connects() as connects:
+        exercise(once, capped)
+    assert connects.count == 0
+    assert given == [""]
+    left = {key.rsplit(b":", 1)[-1] for key in shared.scan_iter(f"{prefix}:*")}
+    assert left == {b"fence"}, left  # each lock taken was released (fences stay)
+    shared.close()
+
+
 # -- every form of a setting, read in process ------------------------------------
 
 

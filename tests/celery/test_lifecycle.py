@@ -357,6 +357,23 @@ def test_lease_lost_while_running_is_signalled_and_visible(
     assert "lost before release" in Path(worker.log_path).read_text()
 
 
+def test_a_lease_the_heartbeat_never_saw_lost_is_signalled_lost_at_release(
+    app: Any, worker: WorkerProcess, key: str
+) -> None:
+    """docs/lifecycle.md: a body that kept the heartbeat from running learns of
+    the loss at its release: ``lock_lost`` once, reason ``gone at release``,
+    before ``lock_released`` with ``held`` False."""
+    task = app.tasks["basic.lose_own_lease"]
+    result = task.apply_async((key,), lock_ttl=120)  # no beat within the body
+    result.get(timeout=60)
+    [rel] = wait_for(lambda: released(app, result.id), 10, message="released")
+    assert rel["held"] is False
+    [lost] = signals_for(app, result.id, "redislock_lost")
+    assert lost["name"] == task.redislock_name((key,), {})
+    assert "gone at release" in lost["reason"]
+    assert "lost before release" in Path(worker.log_path).read_text()
+
+
 def test_child_sigkill_also_clears_the_enqueue_marker(
     app: Any, worker: WorkerProcess, key: str, config: dict[str, str], redis_client: redis.Redis
 ) -> None:

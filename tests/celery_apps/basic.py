@@ -619,6 +619,16 @@ def create_app(config: dict[str, str]) -> Celery:
         rec.event(self, key, "end", owned=lease.owned())
         return lease.owned()
 
+    @app.task(
+        shared=False, bind=True, base=LockedTask, name="basic.lose_own_lease", lock_key="lost:{key}"
+    )
+    def lose_own_lease(self: Any, key: Any) -> bool:
+        """Deletes its own lease and returns before any heartbeat beat (lock_ttl
+        long): the release is the first to find it gone."""
+        holders = self.redislock_leaseset(self.redislock_name((key,), {})).keys.holders
+        rec.client.delete(holders)
+        return bool(self.request.redislock.owned())
+
     for lib_signal in (
         signals.lock_acquired,
         signals.lock_contended,
