@@ -32,6 +32,7 @@ from typing import Any
 from .heartbeat import is_cluster
 from .keys import LeaseKeys, validate_name, validate_prefix
 from .leaseset import Holder, LeaseSet, Waiter, parse_inspect
+from .park import room_came_back
 from .scripts import INSPECT, text
 
 __all__ = [
@@ -217,7 +218,9 @@ def force_release(
     """Release the slots of ``owners`` (default: every current holder) of ``name``.
 
     Returns the holders whose unexpired slot was released.  Each freed slot
-    is handed to the first live waiter, as a normal release would.  The
+    is handed to the first live waiter, as a normal release would, and the
+    sweepers are woken for the name's parked work and for the keys waiting
+    for it as a listed limit (``room_came_back``).  The
     limit passed to the release script is the number of holders seen just
     before, which is never more than the real limit, so a force-release can
     never admit more holders than there were.
@@ -232,7 +235,10 @@ def force_release(
         return []
     # indexed: a waiter this release hands the slot to is listed for the exporter
     lease_set = LeaseSet(client, name, max(len(state.holders), 1), prefix=prefix, index=True)
-    return [by_owner[o] for o in targets if lease_set.release_owner(o)]
+    released = [by_owner[o] for o in targets if lease_set.release_owner(o)]
+    if released:
+        room_came_back(client, prefix, name)
+    return released
 
 
 # -- internals ------------------------------------------------------------------

@@ -54,14 +54,12 @@ from .keys import (
     DEFAULT_PREFIX,
     LeaseKeys,
     RateKeys,
-    limits_to_wake,
-    park_index,
     validate_name,
     validate_prefix,
 )
-from .park import wake
+from .park import room_came_back
 from .rate import Rate, check_burst, parse_rate
-from .scripts import LIMIT_CHANGED, OVERRIDE, text
+from .scripts import OVERRIDE, text
 
 __all__ = ["Override", "Overrides", "overridden_names"]
 
@@ -141,12 +139,9 @@ class Overrides:
         rate = RateKeys(self.prefix, self.name)
         keys = [self.keys.override, self.keys.info, rate.rate, rate.started]
         reply = OVERRIDE(self.client, keys, args)
-        # Parked work's due times were computed with the old values.
-        wake(self.client, self.prefix, self.name)
-        # Keys waiting for the name as a listed limit: a raised limit has
-        # room for them now (the sweepers wake them: wake_changed_limits).
-        index = park_index(self.prefix)
-        LIMIT_CHANGED(self.client, [index, limits_to_wake(self.prefix)], [self.name])
+        # Parked work's due times were computed with the old values, and a
+        # raised limit has room for the keys waiting for it as a listed limit.
+        room_came_back(self.client, self.prefix, self.name)
         pairs = list(reply)
         return _parse({pairs[i]: pairs[i + 1] for i in range(0, len(pairs), 2)})
 

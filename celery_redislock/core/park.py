@@ -34,7 +34,7 @@ from typing import Any
 
 from .capacity import Capacity
 from .heartbeat import is_cluster
-from .keys import park_index, park_keys, revoke_record
+from .keys import limits_to_wake, park_index, park_keys, revoke_record
 from .leaseset import WAIT_LEASE
 from .park_types import (
     Dropped,
@@ -47,6 +47,7 @@ from .park_types import (
 )
 from .rate import NO_RATE, Rate, RateTerms
 from .scripts import (
+    LIMIT_CHANGED,
     PARK_ARRIVE,
     PARK_CLAIM,
     PARK_DROP,
@@ -80,6 +81,7 @@ __all__ = [
     "Verdict",
     "due_names",
     "indexed_names",
+    "room_came_back",
     "wake",
 ]
 
@@ -532,6 +534,16 @@ def wake(client: Any, prefix: str, name: str) -> bool:
     """Have the sweepers look at ``name`` now (its pause was lifted); returns
     whether it has parked or in-flight work (``park_wake.lua``)."""
     return bool(int(PARK_WAKE(client, [park_index(prefix)], [name])))
+
+
+def room_came_back(client: Any, prefix: str, name: str) -> None:
+    """A slot of ``name`` came back outside a worker's release (a run-time
+    override, a forced release from the CLI): have the sweepers look at its
+    parked work now (``park_wake.lua``) and wake the keys whose parked heads
+    wait for it as a listed limit (``limit_changed.lua``; their sweepers run
+    ``wake_changed_limits``)."""
+    wake(client, prefix, name)
+    LIMIT_CHANGED(client, [park_index(prefix), limits_to_wake(prefix)], [name])
 
 
 def indexed_names(client: Any, prefix: str) -> list[str]:

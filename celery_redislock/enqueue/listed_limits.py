@@ -84,6 +84,11 @@ class Limit:
         if self.rate is not None and not callable(self.rate):
             parse_rate(self.rate, f"Limit({self.key!r}) rate")
         check_burst(self.burst, f"Limit({self.key!r}) burst")
+        if self.rate is None and self.burst != 1:
+            raise ValueError(
+                f"Limit({self.key!r}) burst={self.burst!r} needs a rate (without one it "
+                "does nothing)"
+            )
 
 
 @dataclass(frozen=True)

@@ -403,12 +403,19 @@ def _promote_woken(
     """Lift ``name``'s hold for ``limit`` and promote one of its tasks; when
     ``limit_wake.lua`` noted it again, hold the rest for the limit again
     (not on the ``last`` try), or take the note back if nothing is held.
-    Returns the number of tasks published, whose ids it appends to ``sent``."""
+    Returns the number of tasks published that take a slot of ``limit``,
+    whose ids it appends to ``sent``: a task of the name that does not list
+    the limit (another task type of the key) runs, but leaves the slot to
+    the next name (:func:`wake_waiting_for` goes on)."""
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
     hold = LISTED_RETRY if noted_again and not last else 0.0
     promotions, held_again = parking.unhold(settings.park, limit, hold)
-    published = _publish_all(app, parking, promotions, None, sent=sent)
+    mine: list[str] = []
+    _publish_all(app, parking, promotions, None, sent=mine)
+    envelopes = {p.task_id: p.envelope for p in promotions}
+    takers = [i for i in mine if i not in envelopes or _lists(app, envelopes[i], name, limit)]
+    sent.extend(takers)
     if noted_again and not held_again:
         # limit_forget.lua takes back only the note the wake-up made: one
         # limit_block.lua made since (a run of the name refused) stays.
@@ -417,7 +424,26 @@ def _promote_woken(
             LIMIT_FORGET(client, keys.blocked_keys(), [name, BLOCKED_MEMORY_MS])
         except RedisError as exc:  # a stale note costs a wake-up that promotes nothing
             log.warning("could not take back the note of %r on %r (%r)", name, limit, exc)
-    return published
+    return len(takers)
+
+
+def _lists(app: Any, envelope: str, name: str, limit: str) -> bool:
+    """Whether the promoted task of ``envelope`` (parked under ``name``)
+    lists ``limit`` among its ``limits=``; True when that cannot be told
+    (an unknown task, a message that does not decode, a key that fails)."""
+    try:
+        stored = json_loads(envelope)
+        task = app.tasks.get(stored.get("task") or "")
+        listed = getattr(type(task), "_redislock_listed", None)
+        if listed is None:
+            return True
+        request = request_of(stored)
+        if request is None:
+            return True
+        args, kwargs = request.args or (), request.kwargs or {}
+        return any(each.need(args, kwargs).name == limit for each in listed)
+    except Exception:
+        return True
 
 
 def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_flight: int = 0) -> bool:

@@ -109,6 +109,7 @@ def test_bad_limits_fail_at_decoration_naming_the_task(
         ({"limit": True}, TypeError, "must be an int >= 1"),
         ({"rate": "fast"}, ValueError, "rate"),
         ({"burst": 0}, ValueError, "burst"),
+        ({"burst": 5}, ValueError, "burst=5 needs a rate"),
     ],
 )
 def test_a_bad_limit_fails_when_it_is_made(
@@ -1378,6 +1379,62 @@ def test_a_raised_override_of_a_listed_limit_fills_its_new_slot_at_once(
     assert a0.get(timeout=60) == 0
     assert b0.get(timeout=150) == 0
     assert most_at_once(scene.events()) <= 2
+
+
+def test_a_forced_release_of_a_listed_limit_wakes_the_key_waiting_for_it(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """docs/cli.md: "A freed slot is handed to the first waiter as a normal
+    release would".  Shared limit 1, held by a0 (gated); b0 waits for it as
+    a listed limit (noted, its park held; the fallback hold is 120 s here).
+    ``celery redislock release shared --force`` wakes b (``room_came_back``:
+    the sweepers' ``wake_changed_limits``), not its hold's end."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    a0, b0 = scene.holder_and_waiter("a", "b")
+    assert scene.status("b").waits_for == SHARED
+    try:
+        cli(scene.app, "release", SHARED, "--force")
+        wait_for(
+            lambda: ("b", 0) in scene.starts(),
+            20,
+            message="b0 started in the slot the forced release freed",
+        )
+    finally:
+        scene.open("a", 0)
+        scene.open("b", 0)
+    assert a0.get(timeout=60) == 0
+    assert b0.get(timeout=150) == 0
+
+
+def test_a_wake_up_that_reaches_a_task_without_the_limit_goes_on_to_the_next_key(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """docs/limits-and-eager.md: every release of the limit wakes the first
+    noted key.  Shared limit 1.  b0 (lists it) waits for it with b1 of
+    ``charge_plain`` (same key, no ``Limit``) parked behind; at b0's turn b
+    is noted again, behind d0 (new to the round); at d0's turn d1 is noted
+    behind b.  d0's release reaches b, whose head b1 does not take the
+    limit: the wake-up goes on to d (the fallback hold is 120 s here), so
+    the limit is not left idle while d1 waits."""
+    scene = Scene(start, redis_url, redis_client, shared=1)
+    a0, b0 = scene.holder_and_waiter("a", "b")
+    b1 = scene.app.tasks["listed.charge_plain"].apply_async(("b", 1), {"duration": 0.1})
+    scene.wait_parked("b", 2)
+    scene.open("a")
+    assert a0.get(timeout=60) == 0
+    scene.wait_started(("b", 0))
+    d0 = scene.call("d", 0, gate=True)
+    scene.wait_noted("d", "b")
+    scene.open("b")
+    assert b0.get(timeout=60) == 0
+    scene.wait_started(("d", 0))
+    d1 = scene.call("d", 1, duration=0.1)
+    scene.wait_noted("b", "d")
+    scene.open("d")
+    assert d0.get(timeout=60) == 0
+    assert b1.get(timeout=60) == 1
+    assert d1.get(timeout=30) == 1  # woken by d0's release, not the 120 s fallback
+    assert scene.starts() == [("a", 0), ("b", 0), ("d", 0), ("d", 1)]
 
 
 def test_a_raised_override_fills_every_new_slot_for_several_waiting_keys(

@@ -108,6 +108,7 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         lock_retry_max=None,
         **common,
     )(charge)
+    app.task(name="listed.charge_plain", **{**common, "limits": []})(charge)  # same key, no Limit
     app.task(name="listed.charge_wait", lock_policy="wait", **common)(charge)
     app.task(name="listed.charge_skip", lock_policy="skip", **common)(charge)
     app.task(
