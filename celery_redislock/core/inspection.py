@@ -25,15 +25,20 @@ beat and reports it lost (``owned()`` turns False).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from .heartbeat import is_cluster
 from .keys import LeaseKeys, validate_name, validate_prefix
 from .leaseset import Holder, LeaseSet, Waiter, parse_inspect
 from .park import room_came_back
 from .scripts import INSPECT, text
+
+log = logging.getLogger("celery_redislock")
 
 __all__ = [
     "LeaseSetState",
@@ -237,7 +242,10 @@ def force_release(
     lease_set = LeaseSet(client, name, max(len(state.holders), 1), prefix=prefix, index=True)
     released = [by_owner[o] for o in targets if lease_set.release_owner(o)]
     if released:
-        room_came_back(client, prefix, name)
+        try:
+            room_came_back(client, prefix, name)
+        except RedisError as exc:  # the sweepers' periodic pass comes anyway
+            log.warning("released %r, but could not wake the sweepers (%r)", name, exc)
     return released
 
 

@@ -73,6 +73,12 @@ class Lease:
         return self._lost_reason is not None or time.monotonic() >= self.valid_until
 
     @property
+    def reported_lost(self) -> bool:
+        """Whether the loss was reported (:meth:`mark_lost` ran: the warning,
+        the ``on_lost`` callbacks); a lease released first never is."""
+        return self._lost_reason is not None
+
+    @property
     def lost_reason(self) -> str | None:
         if self._lost_reason is None and time.monotonic() >= self.valid_until:
             return "not renewed within its ttl"
@@ -186,16 +192,13 @@ class Lease:
         with self._guard:
             self._closed = True
 
-    def mark_lost(self, reason: str, at_release: bool = False) -> bool:
+    def mark_lost(self, reason: str) -> bool:
         """Record the loss once: warn and run the callbacks.
 
-        False (and silent) if already lost, or released by the holder, unless
-        ``at_release``: the holder's release found the lease gone (a body that
-        kept the heartbeat from running, in a threads or solo pool), which is
-        reported as any other loss, once.
+        False (and silent) if already lost or released by the holder.
         """
         with self._guard:
-            if self._lost_reason is not None or (self._closed and not at_release):
+            if self._lost_reason is not None or self._closed:
                 return False
             self._lost_reason = reason
         log.warning("lease on %r (fencing token %d) lost: %s", self.keys.name, self.token, reason)

@@ -412,9 +412,8 @@ class LeaseSet:
         """Give the slot back (handing it to the next waiter).
 
         Raises :class:`NotOwned` if this instance holds nothing, and
-        :class:`LockLost` if the lease had expired or been taken meanwhile
-        (then ``on_lost`` runs first, unless the heartbeat found it lost
-        already).  Either way the instance holds nothing afterwards.
+        :class:`LockLost` if the lease had expired or been taken meanwhile.
+        Either way the instance holds nothing afterwards.
         """
         self.release_through(
             lambda owner: bool(RELEASE(self.client, self._script_keys, self._release_args(owner)))
@@ -434,7 +433,6 @@ class LeaseSet:
         self._forget()
         held = release(lease.owner)
         if not held:
-            lease.mark_lost("gone at release: expired, deleted, or Redis lost its data", True)
             raise LockLost(
                 f"lease on {self.name!r} (fencing token {lease.token}) expired or was taken "
                 "before release"

@@ -50,9 +50,8 @@ class RedisLock(LeaseSet):
 
     ``blocking_timeout`` is what ``with lock:`` and a bare ``acquire()``
     wait (None: forever; 0: do not wait), as in redis-py's ``Lock``.
-    ``on_lost(lease)`` is called once when a held lease is found lost: from
-    the heartbeat thread, or by ``release()`` when it finds the lease gone
-    first (a holder that kept the heartbeat from running).  ``meta`` is stored with the lease for
+    ``on_lost(lease)`` is called, from the heartbeat thread, when
+    a held lease is found lost.  ``meta`` is stored with the lease for
     inspection (host and pid are added).  ``owner_prefix`` starts every owner
     id of this instance (for finding a dead holder's leases, e.g. by task id).
     ``replicas=N`` makes ``acquire`` wait (``replica_timeout`` s) until N

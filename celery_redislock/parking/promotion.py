@@ -412,10 +412,11 @@ def _promote_woken(
     hold = LISTED_RETRY if noted_again and not last else 0.0
     promotions, held_again = parking.unhold(settings.park, limit, hold)
     mine: list[str] = []
-    _publish_all(app, parking, promotions, None, sent=mine)
-    envelopes = {p.task_id: p.envelope for p in promotions}
-    takers = [i for i in mine if i not in envelopes or _lists(app, envelopes[i], name, limit)]
-    sent.extend(takers)
+    try:
+        _publish_all(app, parking, promotions, None, sent=mine)
+    finally:  # what was published before an error counts (see wake_waiting_for)
+        takers = _taking(app, limit, promotions, mine)
+        sent.extend(takers)
     if noted_again and not held_again:
         # limit_forget.lua takes back only the note the wake-up made: one
         # limit_block.lua made since (a run of the name refused) stays.
@@ -427,10 +428,19 @@ def _promote_woken(
     return len(takers)
 
 
-def _lists(app: Any, envelope: str, name: str, limit: str) -> bool:
-    """Whether the promoted task of ``envelope`` (parked under ``name``)
-    lists ``limit`` among its ``limits=``; True when that cannot be told
-    (an unknown task, a message that does not decode, a key that fails)."""
+def _taking(app: Any, limit: str, promotions: Sequence[Promotion], ids: Sequence[str]) -> list[str]:
+    """The tasks of ``ids`` (published from ``promotions``) whose run takes a
+    slot of the listed limit ``limit``: not another task type of the key
+    that does not list it.  A task that cannot be told (promoted in a later
+    round, unknown to this app, a message that does not decode, a key that
+    fails to build) counts as taking one."""
+    envelopes = {p.task_id: p.envelope for p in promotions}
+    return [i for i in ids if i not in envelopes or _lists(app, envelopes[i], limit)]
+
+
+def _lists(app: Any, envelope: str, limit: str) -> bool:
+    """Whether the task of a stored message lists ``limit`` among its
+    ``limits=`` (only the keys are built: no limit or rate callable runs)."""
     try:
         stored = json_loads(envelope)
         task = app.tasks.get(stored.get("task") or "")
@@ -441,7 +451,7 @@ def _lists(app: Any, envelope: str, name: str, limit: str) -> bool:
         if request is None:
             return True
         args, kwargs = request.args or (), request.kwargs or {}
-        return any(each.need(args, kwargs).name == limit for each in listed)
+        return any(each.keys.build(args, kwargs) == limit for each in listed)
     except Exception:
         return True
 
@@ -467,14 +477,16 @@ def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_fligh
         last = attempt == WAKE_TRIES - 1
         hold = LISTED_RETRY if asks is not None and not last else 0.0
         promotions, held_again = parking.unhold(settings.park, limit, hold)
-        sent = _publish_all(app, parking, promotions, None)
+        ids: list[str] = []
+        sent = _publish_all(app, parking, promotions, None, sent=ids)
         published += sent
         if asks is None or not held_again:
             break
         if not sent and all(parking.is_revoked(p.task_id) for p in promotions):
             continue  # dropped as revoked: the slot is still free, promote the next one
-        # A failed publish stays reserved (re-published after its deadline): it counts.
-        in_flight += max(sent, 1)
+        # A failed publish stays reserved (re-published after its deadline): it
+        # counts; a task of the name that does not list the limit does not.
+        in_flight += len(_taking(app, limit, promotions, ids)) if sent else 1
         if note_blocked(
             client, settings.prefix, name, limit, asks, in_flight, holds=True, turn=WOKEN_NOW
         ):

@@ -40,17 +40,23 @@ def lost_signal(task: Any, task_id: str, listed: bool = False) -> Callable[[Any]
     ``"semaphore"``, not the task's)."""
 
     def on_lost(lease: Any) -> None:
-        signals.lock_lost.send(
-            sender=task,
-            task_id=task_id,
-            name=lease.name,
-            token=lease.token,
-            kind="semaphore" if listed else task._redislock_kind,
-            reason=lease.lost_reason,
-            listed=listed,
-        )
+        _send_lost(task, task_id, lease.name, lease.token, lease.lost_reason, listed)
 
     return on_lost
+
+
+def _send_lost(
+    task: Any, task_id: str, name: str, token: int, reason: str | None, listed: bool
+) -> None:
+    signals.lock_lost.send(
+        sender=task,
+        task_id=task_id,
+        name=name,
+        token=token,
+        kind="semaphore" if listed else task._redislock_kind,
+        reason=reason,
+        listed=listed,
+    )
 
 
 def release_run(
@@ -66,11 +72,14 @@ def release_run(
     a Redis error.  ``listed``: the lease of a listed limit (the signal's
     ``kind`` is then ``"semaphore"``, not the task's).
 
-    A lease that was lost meanwhile is logged; one that cannot be released
-    (Redis unreachable) is logged and frees within its TTL, since the
-    heartbeat no longer renews it.
+    A lease that was lost meanwhile is logged, and ``lock_lost`` is sent
+    for it now (reason ``gone at release``) if the heartbeat did not find it
+    first: a body that kept the heartbeat from running (one long C call
+    holding the GIL, in a threads or solo pool).  One that cannot be
+    released (Redis unreachable) is logged and frees within its TTL, since
+    the heartbeat no longer renews it.
     """
-    token = lease_set.token
+    token, lease = lease_set.token, lease_set.lease
     if token is None:
         return  # released already (by retry())
     held = True
@@ -78,6 +87,9 @@ def release_run(
         give_back()
     except LockLost:
         held = False
+        if lease is not None and not lease.reported_lost:
+            reason = "gone at release: expired, deleted, or Redis lost its data"
+            _send_lost(task, task_id, lease_set.name, token, reason, listed)
         log.warning(
             "%s[%s]: lease on %r (fencing token %s) was lost before release",
             task.name,

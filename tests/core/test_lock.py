@@ -96,22 +96,6 @@ def test_holder_is_told_when_key_deleted(redis_client: Any, prefix: str) -> None
     assert lost == [lease]  # told once
 
 
-def test_a_release_that_finds_the_lease_gone_first_tells_the_holder(
-    redis_client: Any, prefix: str
-) -> None:
-    """A holder whose heartbeat never ran a beat (one long C call in a threads
-    pool) is told at its release: ``on_lost`` once, then ``LockLost``."""
-    lost: list[Any] = []
-    lock = RedisLock(redis_client, "gone", ttl=60, prefix=prefix, on_lost=lost.append)
-    assert lock.acquire()
-    lease = lock.lease
-    redis_client.delete(lock.keys.holders)  # the first beat is 20 s away
-    with pytest.raises(LockLost):
-        lock.release()
-    assert lost == [lease]
-    assert lease is not None and "gone at release" in (lease.lost_reason or "")
-
-
 def test_waiter_is_woken_by_release(own_redis: RedisServer, prefix: str) -> None:
     """The waiter issues one acquire and one BLPOP: it is woken by the release, no poll."""
     client = redis.Redis.from_url(own_redis.url)
