@@ -30,8 +30,13 @@ class LockLost(NotOwned):
     """The lease was held, but expired or was taken before it was released or refreshed.
 
     Whatever ran under it may have overlapped another holder: use the fencing
-    token to make the protected resource reject stale writers.
+    token to make the protected resource reject stale writers.  ``reported``:
+    whether the holder was told before (the heartbeat's ``on_lost`` ran).
     """
+
+    def __init__(self, message: str = "", reported: bool = True) -> None:
+        super().__init__(message)
+        self.reported = reported
 
 
 class AcquireTimeout(LockError):

@@ -435,7 +435,8 @@ class LeaseSet:
         if not held:
             raise LockLost(
                 f"lease on {self.name!r} (fencing token {lease.token}) expired or was taken "
-                "before release"
+                "before release",
+                reported=lease.reported_lost,
             )
 
     def refresh(self, ttl: float | None = None) -> bool:

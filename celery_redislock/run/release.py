@@ -79,15 +79,15 @@ def release_run(
     released (Redis unreachable) is logged and frees within its TTL, since
     the heartbeat no longer renews it.
     """
-    token, lease = lease_set.token, lease_set.lease
+    token = lease_set.token
     if token is None:
         return  # released already (by retry())
     held = True
     try:
         give_back()
-    except LockLost:
+    except LockLost as lost:
         held = False
-        if lease is not None and not lease.reported_lost:
+        if not lost.reported:
             reason = "gone at release: expired, deleted, or Redis lost its data"
             _send_lost(task, task_id, lease_set.name, token, reason, listed)
         log.warning(
