@@ -309,8 +309,9 @@ def wake_waiting_for(
     one more, the next name is woken (:data:`WAKE_TRIES` times at most; the
     last lifts the hold, so the sweeper promotes the rest); a woken name
     that promotes nothing (its own slots full, its park empty, a hold for
-    another limit) does not use the slot up.  Returns the number of tasks
-    published.  ``woken``: the reply of the release that woke the first name
+    another limit) does not use the slot up, nor does a promoted task that
+    does not list the limit.  Returns the number of tasks published that
+    take a slot of it.  ``woken``: the reply of the release that woke the first name
     already (:func:`release_listed`; empty: it woke nobody).  When nothing
     is held again, :func:`_promote_woken` takes back the note the wake-up
     made, and only that one (``limit_forget.lua``): a note another process
