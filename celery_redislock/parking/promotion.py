@@ -441,13 +441,17 @@ def _taking(app: Any, limit: str, promotions: Sequence[Promotion], ids: Sequence
 
 def _lists(app: Any, envelope: str, limit: str) -> bool:
     """Whether the task of a stored message lists ``limit`` among its
-    ``limits=`` (only the keys are built: no limit or rate callable runs)."""
+    ``limits=`` (only the keys are built: no limit or rate callable runs;
+    the message's arguments are decoded only for a templated limit)."""
     try:
         stored = json_loads(envelope)
         task = app.tasks.get(stored.get("task") or "")
         listed = getattr(type(task), "_redislock_listed", None)
         if listed is None:
             return True
+        fixed = [each.fixed_name for each in listed]
+        if limit in fixed or None not in fixed:
+            return limit in fixed
         request = request_of(stored)
         if request is None:
             return True
