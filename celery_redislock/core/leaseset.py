@@ -274,11 +274,14 @@ class LeaseSet:
 
         ``blocking=False``: one attempt.  ``blocking=True``: wait in FIFO
         order, woken by a release, for at most ``timeout`` seconds (None:
-        forever).  Left out, both follow ``blocking_timeout`` as ``with``
-        does (and as redis-py's ``Lock.acquire`` does): ``blocking`` is
-        ``blocking_timeout != 0`` and ``timeout`` is ``blocking_timeout``
-        (a ``blocking_timeout`` of 0 only means "do not wait by default":
-        ``acquire(blocking=True)`` then waits forever).
+        forever).  ``blocking`` left out and a ``timeout`` given: wait that
+        long (``FairSemaphore(...).acquire(timeout=3)`` waits 3 s, as
+        ``threading.Semaphore.acquire(timeout=3)`` does).  Both left out,
+        they follow ``blocking_timeout`` as ``with`` does (and as redis-py's
+        ``Lock.acquire`` does): ``blocking`` is ``blocking_timeout != 0`` and
+        ``timeout`` is ``blocking_timeout`` (a ``blocking_timeout`` of 0 only
+        means "do not wait by default": ``acquire(blocking=True)`` then waits
+        forever).
 
         On True the lease runs at least ``ttl`` from the grant (a slot handed
         over after a long wait is renewed on receipt).  Raises
@@ -286,7 +289,8 @@ class LeaseSet:
         errors as they are (nothing is held then).
         """
         if blocking is None:
-            blocking = self.blocking_timeout != 0
+            # a timeout given asks to wait that long, as threading's does
+            blocking = timeout is not ... or self.blocking_timeout != 0
         if timeout is ...:
             timeout = self.blocking_timeout if blocking and self.blocking_timeout != 0 else None
         else:

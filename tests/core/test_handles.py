@@ -61,6 +61,26 @@ def test_explicit_arguments_override_blocking_timeout(redis_client: Any, prefix:
         lock.acquire(blocking=False, timeout=1)
 
 
+def test_a_timeout_alone_waits_whatever_blocking_timeout_says(
+    redis_client: Any, prefix: str
+) -> None:
+    """``acquire(timeout=...)`` waits that long, also on a ``FairSemaphore``,
+    which does not wait by default (``threading.Semaphore.acquire(timeout=)``
+    waits too); an explicit ``blocking=False`` with a timeout stays an error."""
+    holder = FairSemaphore(redis_client, "bt3", 1, ttl=30, prefix=prefix)
+    assert holder.acquire()
+    sem = FairSemaphore(redis_client, "bt3", 1, ttl=30, prefix=prefix)
+    assert sem.acquire(timeout=0.05) is False
+    thread, result = _in_thread(lambda: sem.acquire(timeout=30))
+    wait_for(lambda: holder.waiters(), message="waiter to queue")
+    holder.release()
+    thread.join(10)
+    assert result == [True]
+    sem.release()
+    with pytest.raises(ValueError, match="blocking acquires only"):
+        sem.acquire(blocking=False, timeout=1)
+
+
 def test_semaphore_acquire_waits_blocking_timeout_by_default(
     redis_client: Any, prefix: str
 ) -> None:

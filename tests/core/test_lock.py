@@ -246,6 +246,26 @@ def test_refresh_never_revives_an_expired_lease(redis_client: Any, prefix: str) 
     assert RedisLock(redis_client, "stale", prefix=prefix).acquire(blocking=False)
 
 
+def test_a_holder_whose_lease_expired_cannot_release_the_next_holder(
+    redis_client: Any, prefix: str
+) -> None:
+    """Only the owner unlocks (the seeds' blind ``DEL`` and GET-then-DEL): a
+    holder that lost its lease and calls ``release()`` after another process
+    took the name is told, and the new holder keeps the name."""
+    stale = RedisLock(redis_client, "owner-only", ttl=0.2, prefix=prefix)
+    assert stale.acquire()
+    assert stale.lease is not None
+    HEARTBEAT.discard(stale.lease)  # a holder paused past its ttl: nobody renews it
+    fresh = RedisLock(redis_client, "owner-only", ttl=10, prefix=prefix)
+    assert fresh.acquire(timeout=10)
+    with pytest.raises(NotOwned):
+        stale.release()
+    assert fresh.owned()
+    assert [h.owner for h in fresh.holders()] == [fresh.lease.owner]  # type: ignore[union-attr]
+    assert not RedisLock(redis_client, "owner-only", prefix=prefix).acquire(blocking=False)
+    fresh.release()
+
+
 def test_unreachable_redis_fails_closed(prefix: str) -> None:
     from celery_redislock.testing.servers import free_port
 

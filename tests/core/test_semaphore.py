@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from celery_redislock import AcquireTimeout, FairSemaphore, RedisLock
+from celery_redislock import AcquireTimeout, FairSemaphore, NotOwned, RedisLock
 from tests import procs
 from tests.conftest import keys_with_prefix
 from tests.waiting import wait_for
@@ -107,7 +107,11 @@ def test_expired_slot_is_purged_and_not_revived(redis_client: Any, prefix: str) 
     fresh = FairSemaphore(redis_client, "p", 1, ttl=5, prefix=prefix)
     wait_for(fresh.acquire, timeout=5, message="expired slot to be purged by acquire")
     assert stale.refresh() is False
+    with pytest.raises(NotOwned):  # only the owner unlocks: the fresh slot stays
+        stale.release()
+    assert fresh.owned()
     assert [h.owner for h in fresh.holders()] == [fresh.lease.owner]  # type: ignore[union-attr]
+    assert not FairSemaphore(redis_client, "p", 1, prefix=prefix).acquire(blocking=False)
     fresh.release()
 
 

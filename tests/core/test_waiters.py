@@ -10,9 +10,10 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import redis
 
-from celery_redislock import FairSemaphore, RedisLock
+from celery_redislock import FairSemaphore, NotOwned, RedisLock
 from celery_redislock.core.leaseset import LeaseSet
 from celery_redislock.core.scripts import ACQUIRE
 from tests.waiting import wait_for
@@ -193,3 +194,59 @@ def test_keys_outlive_a_lease_handed_off_by_a_park_release(redis_client: Any, pr
     assert redis_client.zscore(parking.keys.holders, "long") is not None
     assert redis_client.pttl(parking.keys.holders) > 30_000
     assert redis_client.pttl(parking.keys.info) > 30_000
+
+
+def test_a_second_release_of_one_owner_frees_and_promotes_nothing(
+    redis_client: Any, prefix: str
+) -> None:
+    """Solid Queue #761: a double release let a limit-1 job run 11 times.
+    The release of an owner that no longer holds (a child that released and
+    then died, its main process releasing again) frees no slot and promotes
+    nothing, so the limit stays whole: one holder and one task in flight."""
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.park import ParkConfig, Parking
+
+    one, config = Capacity.semaphore(1), ParkConfig(deadline=30)
+    parking = Parking(redis_client, prefix, "twice")
+    first = parking.enqueue("t1", one, "{}", 0, config, "task")
+    for task_id in ("t2", "t3", "t4"):
+        assert parking.enqueue(task_id, one, "{}", 0, config, "task").count >= 1
+    held = parking.claim("t1", str(first.token), "owner.1", 30, "{}", one, "task")
+    assert held.token > 0
+    released, promotions = parking.release("owner.1", one, config, "task")
+    assert released and [p.task_id for p in promotions] == ["t2"]
+    again, more = parking.release("owner.1", one, config, "task")
+    assert (again, more) == (False, [])
+    status = parking.status()
+    assert status.parked == 2 and status.in_flight == 1  # t3, t4 still wait; t2 alone
+    lock = FairSemaphore(redis_client, "twice", 1, prefix=prefix)
+    assert not lock.acquire(blocking=False)  # t2's reservation fills the limit
+
+
+def test_a_second_release_of_a_semaphore_slot_hands_on_nothing(
+    redis_client: Any, prefix: str
+) -> None:
+    """The same for the primitives: a second ``release()`` of a slot that was
+    handed to the next waiter raises and wakes nobody else."""
+    holder = FairSemaphore(redis_client, "twice-s", 1, ttl=10, prefix=prefix)
+    assert holder.acquire()
+    lease = holder.lease
+    assert lease is not None
+    got: list[bool] = []
+    waiters = [FairSemaphore(redis_client, "twice-s", 1, ttl=10, prefix=prefix) for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda w=w: got.append(w.acquire(timeout=3))) for w in waiters
+    ]
+    for n, thread in enumerate(threads, start=1):
+        thread.start()
+        wait_for(lambda n=n: len(holder.waiters()) == n, 30, message=f"waiter {n} queued")
+    holder.release()
+    wait_for(lambda: sum(w.owned() for w in waiters) == 1, 30, message="one waiter served")
+    with pytest.raises(NotOwned):
+        holder.release()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(got) == [False, False, True]  # the others timed out: nothing handed on
+    for waiter in waiters:
+        if waiter.owned():
+            waiter.release()
