@@ -102,6 +102,33 @@ def test_a_stampede_runs_the_first_call_and_the_newest(
     assert len(superseded) == 98
 
 
+def test_a_countdown_call_counts_as_made_when_it_arrives(
+    app: Any, worker: Any, config: dict[str, str]
+) -> None:
+    """docs/coalescing.md: ``apply_async(countdown=2)`` then ``delay()`` leaves
+    the ``delay()`` call pending until the delayed one arrives and takes its
+    place; the run that serves it starts after it was made (inngest PR #975:
+    out-of-order events)."""
+    key = uuid.uuid4().hex[:8]
+    task = app.tasks["basic.keep_latest"]
+    first = task.delay(key, 0, 60, True)
+    wait_for(lambda: runs(app, key), 60, message="the first run")
+    delayed = task.apply_async((key, 1), countdown=2)
+    delayed_at = time.time()
+    immediate = task.delay(key, 2)
+    immediate_at = time.time()
+    assert immediate.state == PARKED  # pending behind the running run
+    wait_for(
+        lambda: immediate.state == SUPERSEDED, 60, message="the delayed call to take its place"
+    )
+    assert immediate.info["superseded_by"] == delayed.id
+    open_gate(app, config, key)
+    first.get(timeout=60)
+    delayed.get(timeout=60)
+    assert [e["value"] for e in runs(app, key)] == [0, 1]
+    check_every_call_served(app, key, [(delayed.id, delayed_at), (immediate.id, immediate_at)])
+
+
 def test_calls_without_apply_async_are_replaced_at_arrival(
     app: Any, worker: Any, config: dict[str, str]
 ) -> None:
@@ -345,6 +372,7 @@ def test_the_pending_call_starts_after_the_running_runs_retries(
     wait_for(lambda: runs(app, key, "keep_latest_retrying"), 60, message="the first run")
     waiting = task.delay(key, 1)
     assert waiting.state == PARKED
+    opened_at = time.time()
     open_gate(app, config, key)  # the run retries
     wait_for(
         lambda: _parked_at_head(app, config, key, first.id),
@@ -356,6 +384,9 @@ def test_the_pending_call_starts_after_the_running_runs_retries(
     assert waiting.state == SUPERSEDED and waiting.info["superseded_by"] == newer.id
     started = runs(app, key, "keep_latest_retrying")
     assert [(e["value"], e["retries"]) for e in started] == [(0, 0), (0, 1), (2, 0)]
+    # the stored retry kept its countdown (GitLab MR 169823: deferred jobs
+    # lost their ETA); 0.1 s for the timer's rounding, late is fine
+    assert started[1]["t"] >= opened_at + 5.0 - 0.1
     ends = [e for e in app.recorder.events("keep_latest_retrying", key) if e["what"] == "end"]
     assert started[2]["t"] > ends[0]["t"]  # the newer call started after the retry ended
     parked = [

@@ -65,6 +65,15 @@ def worker(config: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
         yield start(config, pool="prefork", concurrency=3)
 
 
+#: The label names of docs/observability.md (``le``: a histogram's bucket).
+LABELS = {"task", "kind", "outcome", "reason", "limit", "le"}
+#: The values of ``outcome`` and ``reason`` docs/observability.md lists.
+OUTCOMES = {"skip", "retry", "wait", "raise", "dedupe", "throttle", "redelivered", "park"}
+OUTCOMES |= {"keep_latest", "rate"}
+REASONS = {"finished", "retry", "paused", "limit", "worker lost", "terminated", "time limit"}
+REASONS |= {"expired", "revoked", "discarded", "unclaimed", "superseded"}
+
+
 def scrape(port: int | str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of ``http://127.0.0.1:port/metrics``, by name and labels."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -201,6 +210,13 @@ def test_every_count_equals_what_ran_in_every_child(app: Any, worker: Any) -> No
         if name.startswith("redislock_") and "kind" in dict(labels)
     )
     assert not any("key" in dict(labels) for _, labels in samples)  # never the lock key
+    # Bounded labels only (celery-exporter #157 #387): no hostname, pid, task
+    # id or key; outcome and reason from the lists of docs/observability.md.
+    ours = [dict(labels) for name, labels in samples if name.startswith("redislock_")]
+    assert {label for labels in ours for label in labels} <= LABELS
+    documented = {"outcome": OUTCOMES, "reason": REASONS}
+    for label, values in documented.items():
+        assert {labels[label] for labels in ours if label in labels} <= values, label
 
 
 def test_the_exporter_serves_the_parks_gauges(app: Any, redis_url: str) -> None:

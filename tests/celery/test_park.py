@@ -164,6 +164,37 @@ def test_enqueue_parks_and_release_promotes_in_order(app: Any, worker: Any, key:
     }
 
 
+def test_a_stampede_racing_the_releases_loses_no_wake_up(app: Any, worker: Any, key: str) -> None:
+    """Solid Queue #689, RQ #739: when "decide to park" and "release and
+    promote" are separate steps, a call that parks just as the last holder
+    releases waits for ever.  Here nothing sweeps (``park_sweep`` 3600 s), so
+    a task that runs was promoted by a release: four threads call short
+    tasks of one key while earlier ones end, and every call must run once."""
+    import threading
+
+    task = app.tasks["basic.parked"]
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def call(offset: int) -> None:
+        try:
+            for n in range(offset, offset + 40):
+                results.append(task.delay(key, n, 0.01))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(40 * i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == [] and len(results) == 160
+    for result in results:
+        result.get(timeout=120)  # a lost wake-up leaves one parked: this times out
+    assert_all_ran_once(app, key, [r.id for r in results])
+    assert_nothing_left(app, key)
+
+
 def test_send_task_is_parked_at_run_time(app: Any, worker: Any, key: str) -> None:
     # send_task bypasses apply_async: the worker admits or parks it.
     ids = [app.send_task("basic.parked", args=(key, n, 120, True)).id for n in range(5)]
@@ -421,6 +452,8 @@ def test_countdown_retry_of_a_promoted_task_releases_its_slot(
     assert not app.recorder.client.exists(f"{app.conf.redislock_prefix}:gate:{key}")
     open_gate(app, key)
     assert retrying.get(timeout=120) == 1
+    starts = [e["t"] for e in app.recorder.events("parked_retry", key) if e["what"] == "start"]
+    assert len(starts) == 2 and starts[1] - starts[0] >= 2.0 - 0.1  # its countdown was kept
     gated.get(timeout=120)
     assert_nothing_left(app, key)
 
@@ -804,13 +837,23 @@ def rabbitmq_config(redis_url: str, **extra: str) -> dict[str, str]:
     }
 
 
+def routed_config(broker: str, redis_url: str, **extra: str) -> dict[str, str]:
+    """A test app's config on ``broker`` ("redis" or "rabbitmq")."""
+    if broker == "rabbitmq":
+        require_rabbitmq()
+        return rabbitmq_config(redis_url, **extra)
+    return {k: v for k, v in rabbitmq_config(redis_url, **extra).items() if k != "broker"}
+
+
 def test_promotion_resends_where_per_call_routing_sent_the_task(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A topic exchange and a routing key per call, to a worker consuming only the
-    queue bound to it: promoted tasks go back there, not to the default queue."""
-    require_rabbitmq()
-    config = rabbitmq_config(redis_url, park_deadline="30", topic="1")
+    queue bound to it: promoted tasks go back there, not to the default queue.
+    RabbitMQ only: on the Redis transport an exchange the caller never declared
+    is taken as direct, so Celery itself drops such a call unparked (kombu's
+    warning "no queues bound"); the queue forms are tested on both below."""
+    config = routed_config("rabbitmq", redis_url, park_deadline="30", topic="1")
     app = create_app(config)
     task = app.tasks["basic.parked"]
     route = {"exchange": f"topic-{config['prefix']}", "routing_key": "special.reports"}
@@ -828,17 +871,18 @@ def test_promotion_resends_where_per_call_routing_sent_the_task(
     assert_nothing_left(app, key)
 
 
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
 @pytest.mark.parametrize("routed", ["a queue named per call", "an app queue on a topic exchange"])
 def test_a_promotion_declares_the_queue_its_call_would_have_declared(
-    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory, routed: str
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory, routed: str, broker: str
 ) -> None:
     """A call parked at enqueue was never published, so nothing declared its
     queue: the promotion declares it as Celery's publish would have, and a
     worker that starts consuming it later gets the task (RabbitMQ drops a
-    message sent to a queue that does not exist)."""
-    require_rabbitmq()
+    message sent to a queue that does not exist; the Redis transport one
+    sent to an exchange with no binding)."""
     # park_deadline: a re-publish after the deadline would come too late
-    config = rabbitmq_config(redis_url, park_deadline="300", topic="1")
+    config = routed_config(broker, redis_url, park_deadline="300", topic="1")
     prefix = config["prefix"]
     app = create_app(config)
     queue = f"late-{prefix}" if routed.startswith("a queue named") else f"special-{prefix}"
@@ -894,6 +938,37 @@ def test_a_call_parked_at_arrival_keeps_the_serializer_it_was_sent_with(
     (run,) = app.recorder.events("parked_payload", key)[:1]
     assert run["payload"] == "frozenset frozenset({1})"
     assert REQUEST_CONTENT_TYPE not in run["headers"]  # the worker's field, not a header
+
+
+def test_a_promoted_call_keeps_what_its_caller_sent(app: Any, worker: Any, key: str) -> None:
+    """Celery's ``signature_from_request(...).apply_async()`` drops argsrepr,
+    kwargsrepr, per-call options, and makes the re-publishing task the
+    parent.  A parked call is promoted as it was sent: the body sees the
+    same request fields as the same call that found room."""
+    options = {
+        "argsrepr": "(<key>, <secret>)",
+        "kwargsrepr": "{}",
+        "priority": 5,
+        "compression": "zlib",
+    }
+    task = app.tasks["basic.parked_payload"]
+    free = task.apply_async((f"{key}-free", "secret"), **options)
+    free.get(timeout=60)
+    running = fill_the_name(app, key)
+    parked = task.apply_async((key, "secret"), **options)
+    assert parked.state == park.PARKED
+    open_gate(app, key)
+    parked.get(timeout=60)
+    for r in running:
+        r.get(timeout=60)
+    (as_sent,) = app.recorder.events("parked_payload", f"{key}-free")[:1]
+    (promoted,) = app.recorder.events("parked_payload", key)[:1]
+    fields = ("argsrepr", "kwargsrepr", "priority", "ignore_result", "payload")
+    assert {f: promoted[f] for f in fields} == {f: as_sent[f] for f in fields}
+    assert promoted["argsrepr"] == "(<key>, <secret>)" and promoted["priority"] == 5, promoted
+    # its own root, no parent: not the task whose release promoted it
+    assert (promoted["parent_id"], promoted["root_id"]) == (None, parked.id)
+    assert (as_sent["parent_id"], as_sent["root_id"]) == (None, free.id)
 
 
 def test_an_rpc_result_backend_parks_and_runs_each_call_once(

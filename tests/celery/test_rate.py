@@ -156,6 +156,16 @@ def test_retry_comes_back_when_the_rate_admits_it(app: Any, worker: Any, key: st
     started = starts(app, "rated_retry", key)
     assert sorted(e["n"] for e in started) == list(range(6))
     assert_spaced(started, t0, rate=4)
+    # Requeued by the rate (six calls at 4/s), yet the body's retries stay 0
+    # and max_retries=0 did not drop one (sidekiq #3943, dramatiq #257).
+    ids = {r.id for r in results}
+    requeues = [
+        s
+        for s in app.recorder.signals()
+        if s["signal"] == "redislock_rate_limited" and s.get("task_id") in ids
+    ]
+    assert len(requeues) >= 3, requeues
+    assert [e["retries"] for e in started] == [0] * 6
 
 
 def test_a_pause_holds_every_start_of_its_key(app: Any, worker: Any, key: str) -> None:

@@ -329,7 +329,20 @@ def create_app(config: dict[str, str]) -> Celery:
         """``basic.parked``'s key, any payload (recorded by its type and repr,
         with the names of the custom headers the body sees)."""
         seen = sorted(self.request.headers or {})
-        return body(self, key, 0.0, payload=f"{type(payload).__name__} {payload!r}", headers=seen)
+        request = self.request
+        return body(
+            self,
+            key,
+            0.0,
+            payload=f"{type(payload).__name__} {payload!r}",
+            headers=seen,
+            argsrepr=request.argsrepr,
+            kwargsrepr=request.kwargsrepr,
+            parent_id=request.parent_id,
+            root_id=request.root_id,
+            priority=(request.delivery_info or {}).get("priority"),
+            ignore_result=getattr(request, "ignore_result", None),
+        )
 
     @app.task(
         shared=False,
@@ -430,6 +443,7 @@ def create_app(config: dict[str, str]) -> Celery:
         rate="4/s",
         lock_policy="retry",
         lock_retry_jitter=0.0,
+        max_retries=0,  # the rate's requeues must not spend the body's budget
     )
     def rated_retry(self: Any, key: Any, n: int = 0) -> Any:
         return body(self, key, 0.0, n=n)

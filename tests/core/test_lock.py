@@ -125,6 +125,48 @@ def test_waiter_is_woken_by_release(own_redis: RedisServer, prefix: str) -> None
     waiter.release()
 
 
+def test_a_release_wakes_one_waiter_and_no_herd(own_redis: RedisServer, prefix: str) -> None:
+    """bullmq #909, python-redis-lock's shared signal list: waking every waiter
+    on a release costs a command from each.  Here a release wakes the next
+    waiter only: with eight queued, the release and the woken one's commands
+    are all Redis sees (their queue re-arms are pushed past the test by a long
+    wait lease, so any other waiter's command would be counted)."""
+    client = redis.Redis.from_url(own_redis.url)
+    with RedisLock(client, "herd-warm", prefix=prefix):
+        pass  # the release script loaded: no NOSCRIPT round below
+    holder = RedisLock(client, "herd", ttl=60, prefix=prefix)
+    assert holder.acquire()
+    got: list[int] = []
+    waiters = [RedisLock(client, "herd", ttl=60, prefix=prefix) for _ in range(8)]
+    threads = []
+    for n, waiter in enumerate(waiters):
+        waiter._constant_args = (*waiter._constant_args[:2], b"60000")  # re-ask every 30 s
+        thread = threading.Thread(
+            target=lambda n=n, w=waiter: w.acquire(timeout=60) and got.append(n)
+        )
+        thread.start()
+        threads.append(thread)
+        wait_for(lambda n=n: len(holder.waiters()) == n + 1, message=f"waiter {n} queued")
+    client.config_resetstat()
+    holder.release()
+    wait_for(lambda: got, timeout=20, message="the next waiter to take the lock")
+    stats = client.info("commandstats")
+    assert got == [0]
+    # the release's EVALSHA and at most the woken waiter's BLPOP (sent before
+    # the reset: some Redis versions count a blocked command when it is
+    # served); a hand-off right after the wait needs no renewal on receipt.
+    # A herd would show each other waiter asking and blocking again.
+    assert stats["cmdstat_evalsha"]["calls"] == 1, stats
+    assert stats.get("cmdstat_blpop", {}).get("calls", 0) <= 1, stats
+    assert len(holder.waiters()) == 7
+    for waiter in waiters:  # each hands on to the next, one at a time
+        wait_for(waiter.owned, timeout=20, message="its turn")
+        waiter.release()
+    for thread in threads:
+        thread.join(20)
+    assert got == list(range(8))
+
+
 def test_waiters_are_served_in_arrival_order(redis_client: Any, prefix: str) -> None:
     holder = RedisLock(redis_client, "fifo", ttl=10, prefix=prefix)
     assert holder.acquire()

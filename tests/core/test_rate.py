@@ -184,6 +184,34 @@ def test_an_idle_name_leaves_no_key(redis_client: Any, prefix: str, name: str) -
     wait_for(lambda: redis_client.exists(limiter.keys.rate) == 0, 5, message="key expired")
 
 
+def test_a_rate_keeps_one_small_value_whatever_it_admitted(
+    own_redis: Any, prefix: str, name: str
+) -> None:
+    """The moving-window limiter of ``limits`` keeps one entry per admitted
+    unit and stalled Redis (limits #268).  A rate here is one string (the
+    time the next unit is due): its size and the work of one decision do not
+    grow with the burst or with what was admitted."""
+    import redis
+
+    client = redis.Redis.from_url(own_redis.url)
+    limiter = RateLimiter(client, name, rate="100000/s", burst=10_000, prefix=prefix)
+    assert limiter.try_acquire()
+    first_size = client.memory_usage(limiter.keys.rate)
+    client.config_resetstat()
+    admitted = sum(bool(limiter.try_acquire()) for _ in range(2_000))
+    assert admitted == 2_000
+    assert client.type(limiter.keys.rate) == b"string"
+    assert client.memory_usage(limiter.keys.rate) == first_size
+    stats = client.info("commandstats")
+    calls = {k: v["calls"] for k, v in stats.items() if k.startswith("cmdstat_")}
+    # one script call per decision, each running the same few commands once
+    # (besides the MEMORY and TYPE asked here): nothing that grows with the burst
+    asked_here = ("cmdstat_type", "cmdstat_memory", "cmdstat_config")  # Redis 6: no "|usage"
+    per_decision = {k: v for k, v in calls.items() if not k.startswith(asked_here)}
+    assert set(per_decision.values()) == {2_000}, calls
+    assert len(per_decision) <= 8, calls
+
+
 def _promoted_100_ms_apart(
     redis_client: Any, prefix: str, name: str
 ) -> tuple[Parking, ParkConfig, RateTerms, int, int]:
