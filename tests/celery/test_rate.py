@@ -168,6 +168,25 @@ def test_retry_comes_back_when_the_rate_admits_it(app: Any, worker: Any, key: st
     assert [e["retries"] for e in started] == [0] * 6
 
 
+def test_two_workers_share_one_rate(
+    config: dict[str, str], app: Any, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Celery's ``rate_limit`` is per worker: N workers give N times the rate.
+    A key's rate is kept in Redis: calls that reach two workers (``send_task``,
+    decided at arrival by whichever worker gets them) start at 5/s in all."""
+    with worker_factory(tmp_path_factory.mktemp("rate-two")) as start:
+        start(config, pool="prefork", concurrency=2)
+        start(config, pool="prefork", concurrency=2)
+        t0 = redis_now(app)
+        ids = [app.send_task("basic.rated", args=(key, n)).id for n in range(12)]
+        for task_id in ids:
+            app.AsyncResult(task_id).get(timeout=120)
+    started = starts(app, "rated", key)
+    assert sorted(e["n"] for e in started) == list(range(12))
+    assert len({e["hostname"] for e in started}) == 2  # both workers ran some
+    assert_spaced(started, t0, rate=5)
+
+
 def test_a_pause_holds_every_start_of_its_key(app: Any, worker: Any, key: str) -> None:
     client, settings = client_for(app)
     # Read before the pause: its end (Redis time at the pause + 2 s) is no

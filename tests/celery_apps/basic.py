@@ -81,6 +81,7 @@ class Recorder:
             "pid": os.getpid(),
             "id": request.id,
             "retries": request.retries,
+            "hostname": request.hostname,
             **data,
         }
         self.client.rpush(self.key(task.name.rsplit(".", 1)[-1], key), json.dumps(record))
