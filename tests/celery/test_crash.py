@@ -228,6 +228,51 @@ def test_other_pools(redis_url: str, start_worker: Any, pool: str, concurrency: 
     assert holders(app, "basic.retrying", "s") == []
 
 
+@pytest.mark.parametrize(("pool", "concurrency"), [("solo", 1), ("threads", 4)])
+def test_supersede_and_a_revoke_of_a_parked_task_on_other_pools(
+    redis_url: str, start_worker: Any, pool: str, concurrency: int
+) -> None:
+    """``revoke(terminate=True)`` depends on the pool (threads cannot
+    terminate, Celery #10490; solo cannot discard a revoked task, #6938).
+    Neither is needed here: a superseded run stops at its checkpoint, and a
+    parked task revoked by id is dropped when its promotion meets it."""
+    from celery.states import REVOKED
+
+    from celery_redislock import SUPERSEDED
+    from celery_redislock import parking as park
+
+    config = make_config(redis_url, park_sweep="0.5")
+    app = create_app(config)
+    start_worker(config, pool=pool, concurrency=concurrency)
+    key = uuid.uuid4().hex[:8]
+    superseding = app.tasks["basic.superseding"]
+    first = superseding.delay(key, 1, True, 30)
+    wait_for(
+        lambda: any(e["what"] == "write" for e in app.recorder.events("superseding", key)),
+        60,
+        message="the first run's first write",
+    )
+    newer = superseding.delay(key, 2, True, 0.2)
+    assert newer.get(timeout=60) == 2
+    wait_for(lambda: first.state == SUPERSEDED, 30, message="the first run SUPERSEDED")
+    assert first.info["superseded_by"] == newer.id
+
+    parked = app.tasks["basic.parked"]  # limit 2
+    gated = parked.delay(key, 0, 120, True)
+    wait_for(lambda: starts(app, "parked", key), 60, message="the gated run")
+    second = parked.delay(key, 1, 0.05)  # the second slot (it may wait for a process)
+    victim = parked.delay(key, 2, 0.05)  # parked: both slots taken
+    last = parked.delay(key, 3, 0.05)
+    assert victim.state == park.PARKED
+    park.revoke(app, victim.id)  # no name: dropped when its promotion meets it
+    app.recorder.client.set(f"{config['prefix']}:gate:{key}", 1, ex=600)
+    for result in (gated, second, last):
+        result.get(timeout=60)
+    wait_for(lambda: victim.state == REVOKED, 30, message="the revoked task REVOKED")
+    assert victim.id not in {e["id"] for e in starts(app, "parked", key)}
+    assert holders(app, "basic.parked", key) == []
+
+
 def test_lease_lost_when_the_lock_redis_restarts(redis_url: str, start_worker: Any) -> None:
     with RedisServer() as locks:
         config = make_config(redis_url, lock_redis=locks.url)
