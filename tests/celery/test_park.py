@@ -458,6 +458,31 @@ def test_countdown_retry_of_a_promoted_task_releases_its_slot(
     assert_nothing_left(app, key)
 
 
+def test_a_retry_is_parked_behind_the_calls_parked_meanwhile(
+    app: Any, worker: Any, key: str
+) -> None:
+    """docs/park.md "Retries": a run's ``self.retry(countdown=...)`` gives its
+    slot back, and the retry, when it arrives to a full key, is parked at the
+    tail like any arriving message (BullMQ #2774 lost a retry's order: here
+    the rule is stated, and kept)."""
+    gated = app.tasks["basic.parked"].delay(key, 0, 120, True)
+    wait_for(lambda: len(events(app, key, "start")) == 1, 60, message="the gated run")
+    retrying = app.tasks["basic.parked_retry"].delay(key, 3.0)
+    wait_for(lambda: app.recorder.events("parked_retry", key), 60, message="the run that retries")
+    second = app.tasks["basic.parked"].delay(key, 1, 120, True)  # the slot the retry gave back
+    wait_for(lambda: len(events(app, key, "start")) == 2, 60, message="the second gated run")
+    behind = app.tasks["basic.parked"].delay(key, 2, 0.05)
+    assert behind.state == park.PARKED
+    wait_for(lambda: parking(app, key).status().parked == 2, 60, message="the retry parked")
+    entries = parking(app, key).status(count=10).entries
+    assert [e["task_id"] for e in entries] == [behind.id, retrying.id]
+    open_gate(app, key)
+    assert retrying.get(timeout=60) == 1
+    for result in (gated, second, behind):
+        result.get(timeout=60)
+    assert_nothing_left(app, key)
+
+
 def test_publisher_killed_after_reserve_before_publish(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
