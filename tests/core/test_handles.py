@@ -44,14 +44,30 @@ def test_lock_acquire_waits_blocking_timeout_by_default(redis_client: Any, prefi
             lock.release()
 
 
-def test_explicit_arguments_override_blocking_timeout(redis_client: Any, prefix: str) -> None:
-    holder = RedisLock(redis_client, "bt2", ttl=30, prefix=prefix)
-    assert holder.acquire()
-    lock = RedisLock(redis_client, "bt2", ttl=30, prefix=prefix, blocking_timeout=30)
+@pytest.mark.parametrize(
+    ("kind", "timeout"),
+    [
+        # timeout=None: forever, whatever the constructor said
+        ("a lock that waits 30 s by default", None),
+        # a timeout alone waits that long, also on a FairSemaphore, which does
+        # not wait by default (threading.Semaphore.acquire(timeout=) waits too)
+        ("a semaphore that does not wait by default", 30),
+    ],
+)
+def test_explicit_arguments_override_blocking_timeout(
+    redis_client: Any, prefix: str, kind: str, timeout: float | None
+) -> None:
+    def make() -> Any:
+        if kind.startswith("a lock"):
+            return RedisLock(redis_client, "bt2", ttl=30, prefix=prefix, blocking_timeout=30)
+        return FairSemaphore(redis_client, "bt2", 1, ttl=30, prefix=prefix)
+
+    holder = make()
+    assert holder.acquire(blocking=False)
+    lock = make()
     assert lock.acquire(blocking=False) is False
     assert lock.acquire(timeout=0.05) is False
-    # timeout=None: forever, whatever the constructor said; woken by the release
-    thread, result = _in_thread(lambda: lock.acquire(timeout=None))
+    thread, result = _in_thread(lambda: lock.acquire(timeout=timeout))  # woken by the release
     wait_for(lambda: holder.waiters(), message="waiter to queue")
     holder.release()
     thread.join(10)
@@ -59,26 +75,6 @@ def test_explicit_arguments_override_blocking_timeout(redis_client: Any, prefix:
     lock.release()
     with pytest.raises(ValueError, match="blocking acquires only"):
         lock.acquire(blocking=False, timeout=1)
-
-
-def test_a_timeout_alone_waits_whatever_blocking_timeout_says(
-    redis_client: Any, prefix: str
-) -> None:
-    """``acquire(timeout=...)`` waits that long, also on a ``FairSemaphore``,
-    which does not wait by default (``threading.Semaphore.acquire(timeout=)``
-    waits too); an explicit ``blocking=False`` with a timeout stays an error."""
-    holder = FairSemaphore(redis_client, "bt3", 1, ttl=30, prefix=prefix)
-    assert holder.acquire()
-    sem = FairSemaphore(redis_client, "bt3", 1, ttl=30, prefix=prefix)
-    assert sem.acquire(timeout=0.05) is False
-    thread, result = _in_thread(lambda: sem.acquire(timeout=30))
-    wait_for(lambda: holder.waiters(), message="waiter to queue")
-    holder.release()
-    thread.join(10)
-    assert result == [True]
-    sem.release()
-    with pytest.raises(ValueError, match="blocking acquires only"):
-        sem.acquire(blocking=False, timeout=1)
 
 
 def test_semaphore_acquire_waits_blocking_timeout_by_default(
