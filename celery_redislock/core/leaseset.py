@@ -496,6 +496,11 @@ class LeaseSet:
         """Live queued waiters in arrival order, from Redis."""
         return parse_inspect(INSPECT(self.client, self._script_keys, []))[2]
 
+    def holders_and_waiters(self) -> tuple[list[Holder], list[Waiter]]:
+        """Both, from one read of Redis."""
+        _, holders, waiters = parse_inspect(INSPECT(self.client, self._script_keys, []))
+        return holders, waiters
+
     # -- context manager ----------------------------------------------------
 
     def __enter__(self: Self) -> Self:

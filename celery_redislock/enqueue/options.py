@@ -19,6 +19,7 @@ from ..core.validation import MAX_TTL, check_timeout, check_ttl
 __all__ = [
     "CALL_OPTIONS",
     "HEADER_DEDUPE",
+    "HEADER_DEFERRED",
     "HEADER_PARK_TOKEN",
     "HEADER_POLICY",
     "HEADER_REQUEUES",
@@ -38,6 +39,9 @@ HEADER_POLICY = "redislock_policy"
 HEADER_TTL = "redislock_ttl"
 HEADER_WAIT_TIMEOUT = "redislock_wait_timeout"
 HEADER_REQUEUES = "redislock_requeues"
+#: set on a copy requeued to make way for an earlier delivery of its task id
+#: (run/admission.py ``defer_to_earlier_delivery``)
+HEADER_DEFERRED = "redislock_deferred"
 #: how many of the message's Celery ``retries`` are requeues (policies/retry.py):
 #: monitors count a requeue as a retry, the body's own retry budget does not
 HEADER_RETRIES_FROM_REQUEUES = "redislock_retries_from_requeues"

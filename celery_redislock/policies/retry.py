@@ -9,7 +9,13 @@ from typing import Any, NoReturn
 from celery.exceptions import Retry as CeleryRetry
 
 from ..core.errors import LockContended
-from ..enqueue.options import HEADER_REQUEUES, HEADER_RETRIES_FROM_REQUEUES, header
+from ..enqueue.options import (
+    HEADER_DEFERRED,
+    HEADER_REQUEUES,
+    HEADER_RETRIES_FROM_REQUEUES,
+    header,
+)
+from ..parking.states import StillPending
 from .base import Context, Policy, take
 
 __all__ = ["Retry", "requeue", "restore_retries"]
@@ -42,21 +48,28 @@ class Retry(Policy):
         task = ctx.task
         # Refused by its rate: back when the rate admits it, not after the countdown.
         base = task.lock_retry_countdown if ctx.rate_wait is None else ctx.rate_wait
-        requeue(ctx, base + random.uniform(0, task.lock_retry_jitter), count=True)
+        requeue(ctx, base + random.uniform(0, task.lock_retry_jitter))
 
 
-def requeue(ctx: Context, countdown: float, count: bool) -> NoReturn:
+def requeue(ctx: Context, countdown: float, deferred: bool = False) -> NoReturn:
     """Run phase: publish the task again (same id, same arguments) after
     ``countdown`` and raise Celery's ``Retry`` (state ``RETRY``), or raise
     :class:`LockContended` when a counted requeue would exceed ``lock_retry_max``.
 
-    ``count``: whether this requeue counts against ``lock_retry_max``.
+    ``deferred``: a copy making way for an earlier delivery of its task id
+    (run/admission.py ``defer_to_earlier_delivery``): not counted against
+    ``lock_retry_max``, marked (``HEADER_DEFERRED``) so that, back again, it
+    can tell whether that delivery ran to its end, and ended with
+    :class:`~celery_redislock.parking.StillPending` instead of ``Retry``: it
+    stores no state, since the task's state is that delivery's.
     """
     task, request = ctx.task, ctx.request
     headers = dict(request.headers or {})
     headers.pop("redelivered", None)
     done = int(headers.get(HEADER_REQUEUES) or 0)
-    if count:
+    if deferred:
+        headers[HEADER_DEFERRED] = 1
+    else:
         done += 1
         if task.lock_retry_max is not None and done > task.lock_retry_max:
             what = ctx.refusal if ctx.refused_by else f"{ctx.kind} {ctx.name!r} still held"
@@ -83,6 +96,9 @@ def requeue(ctx: Context, countdown: float, count: bool) -> NoReturn:
         done,
     )
     signature.apply_async()
+    if deferred:
+        # a copy: the task's state is its earlier delivery's, which still runs
+        raise StillPending()
     raise CeleryRetry(f"{ctx.refusal}; requeued", when=countdown)
 
 

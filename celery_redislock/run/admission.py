@@ -18,8 +18,10 @@ import logging
 import os
 import random
 import time
-from typing import Any
+from typing import Any, NoReturn
 
+from celery.exceptions import Ignore
+from celery.states import READY_STATES
 from redis.exceptions import RedisClusterException, RedisError
 
 from .. import signals
@@ -200,29 +202,87 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
     by a producer or by hand (RabbitMQ and every kombu Redis transport from
     5.3 on do mark their own redeliveries).
 
+    An earlier delivery still *waiting* for the name (policy ``wait``) is
+    made way for too: a copy queued behind it would run it again after it.
+
     A copy whose park promotion token is stale (superseded: its task runs from
     the park, e.g. a run that went back there with ``redislock_pause``) is
     dropped instead: that copy never runs.
 
+    A copy (marked redelivered, or one that made way before) that finds no
+    earlier delivery left asks the result backend whether one ended
+    (``SUCCESS``, ``FAILURE``, ``REVOKED``): then it is dropped, as Celery's
+    ``worker_deduplicate_successful_tasks`` drops a redelivered message, else
+    each run longer than ``visibility_timeout`` would leave a copy to run
+    after it, for ever.  A state that is not final may be a delivery that
+    released its lease and is storing its result, or one that died: the
+    copy looks once more, a second later, and then runs (at least once).
+    Without a persistent result backend (none, ``rpc``, ``ignore_result``)
+    it cannot tell, and runs.
+
     When it defers, it sends ``lock_contended(policy="redelivered")`` and
-    raises Celery's ``Retry`` (see :func:`~celery_redislock.policies.requeue`);
-    otherwise it returns.
+    raises :class:`~celery_redislock.parking.StillPending` (see
+    :func:`~celery_redislock.policies.requeue`; no state is stored: the
+    task's state is its earlier delivery's); when it drops, it logs and
+    raises ``Ignore``; otherwise it returns.
     """
     task, request = ctx.task, ctx.request
+    redelivered = (request.delivery_info or {}).get("redelivered")
+    deferred = options.header(request, options.HEADER_DEFERRED) is not None
     rerun = (
         request.retries
-        or (request.delivery_info or {}).get("redelivered")
+        or redelivered
+        or deferred
         or options.header(request, options.HEADER_REQUEUES) is not None
     )
     if not (rerun or contended):
         return
     tag = execution_tag(request.id)
-    mine = [h for h in ctx.need_lease_set().holders() if h.owner.startswith(tag)]
+    holders, waiters = ctx.need_lease_set().holders_and_waiters()
+    mine = [h.expires_in for h in holders if h.owner.startswith(tag)]
+    if rerun and not mine and any(w.owner.startswith(tag) for w in waiters):
+        mine = [max(task.lock_retry_countdown, 0.5)]
     if mine:
         _drop_if_stale(ctx)
-        announce_contended(ctx, "redelivered")
-        delay = min(max(h.expires_in for h in mine), max(task.lock_retry_countdown, 0.5))
-        requeue(ctx, delay + random.uniform(0, task.lock_retry_jitter), count=False)
+        _defer(ctx, min(max(mine), max(task.lock_retry_countdown, 0.5)))
+    if (redelivered or deferred) and _drop_if_ended(ctx) and not deferred:
+        _defer(ctx, 1.0)  # storing its result, or dead: look once more
+
+
+def _defer(ctx: Context, delay: float) -> NoReturn:
+    announce_contended(ctx, "redelivered")
+    requeue(ctx, delay + random.uniform(0, ctx.task.lock_retry_jitter), deferred=True)
+
+
+def _drop_if_ended(ctx: Context) -> bool:
+    """Raise ``Ignore`` (acknowledged, nothing stored) if the result backend
+    says a delivery of this task id ended (its state is final); else return
+    whether it said the task has not ended (False: no persistent backend, or
+    it could not answer)."""
+    task = ctx.task
+    backend = task.backend
+    if task.ignore_result or not getattr(backend, "persistent", False):
+        return False
+    try:
+        state = backend.get_state(ctx.task_id)
+    except Exception as exc:  # a backend that cannot answer: run, at least once
+        log.warning(
+            "%s[%s]: the result backend could not say whether an earlier delivery "
+            "ended (%s); this copy runs",
+            task.name,
+            ctx.task_id,
+            exc,
+        )
+        return False
+    if state in READY_STATES:
+        log.info(
+            "%s[%s] dropped: a copy of a delivery that ran to its end (state %s)",
+            task.name,
+            ctx.task_id,
+            state,
+        )
+        raise Ignore()
+    return True
 
 
 def _drop_if_stale(ctx: Context) -> None:

@@ -169,11 +169,13 @@ def test_retry_comes_back_when_the_rate_admits_it(app: Any, worker: Any, key: st
 
 
 def test_two_workers_share_one_rate(
-    config: dict[str, str], app: Any, key: str, tmp_path_factory: pytest.TempPathFactory
+    config: dict[str, str], key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Celery's ``rate_limit`` is per worker: N workers give N times the rate.
     A key's rate is kept in Redis: calls that reach two workers (``send_task``,
     decided at arrival by whichever worker gets them) start at 5/s in all."""
+    config = {**config, "prefix": f"t-{uuid.uuid4().hex[:12]}"}  # a queue of its own
+    app = create_app(config)
     with worker_factory(tmp_path_factory.mktemp("rate-two")) as start:
         start(config, pool="prefork", concurrency=2)
         start(config, pool="prefork", concurrency=2)

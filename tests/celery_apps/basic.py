@@ -547,6 +547,20 @@ def create_app(config: dict[str, str]) -> Celery:
         return body(self, key, duration)
 
     @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.patient",
+        lock_key="patient:{key}",
+        lock_policy="wait",
+        lock_wait_timeout=300,
+    )
+    def patient(self: Any, key: Any, gate: bool = False) -> Any:
+        """Waits in the key's queue for as long as it takes; with ``gate`` it
+        holds the key until the test opens the gate."""
+        return body(self, key, 300 if gate else 0.05, gate)
+
+    @app.task(
         shared=False, bind=True, base=LockedTask, name="basic.stubborn", lock_key="sleep:{key}"
     )
     def stubborn(self: Any, key: Any, duration: float = 1.0) -> Any:
