@@ -228,15 +228,14 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
     """
     task, request = ctx.task, ctx.request
     redelivered = (request.delivery_info or {}).get("redelivered")
-    deferred = options.header(request, options.HEADER_DEFERRED) is not None
-    rerun = (
+    rerun = (  # a copy that made way carries a requeue count too (requeue())
         request.retries
         or redelivered
-        or deferred
         or options.header(request, options.HEADER_REQUEUES) is not None
     )
     if not (rerun or contended):
         return
+    deferred = options.header(request, options.HEADER_DEFERRED) is not None
     tag = execution_tag(request.id)
     holders, waiters = ctx.need_lease_set().holders_and_waiters()
     mine = [h.expires_in for h in holders if h.owner.startswith(tag)]
