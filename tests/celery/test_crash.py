@@ -309,7 +309,7 @@ def test_supersede_and_a_revoke_of_a_parked_task_on_other_pools(
     parked = app.tasks["basic.parked"]  # limit 2
     gated = parked.delay(key, 0, 120, True)
     wait_for(lambda: starts(app, "parked", key), 60, message="the gated run")
-    second = parked.delay(key, 1, 0.05)  # the second slot (it may wait for a process)
+    second = parked.delay(key, 1, 120, True)  # the second slot, until the gate opens
     victim = parked.delay(key, 2, 0.05)  # parked: both slots taken
     last = parked.delay(key, 3, 0.05)
     assert victim.state == park.PARKED

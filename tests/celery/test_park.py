@@ -467,7 +467,8 @@ def test_a_retry_is_parked_behind_the_calls_parked_meanwhile(
     the rule is stated, and kept)."""
     gated = app.tasks["basic.parked"].delay(key, 0, 120, True)
     wait_for(lambda: len(events(app, key, "start")) == 1, 60, message="the gated run")
-    retrying = app.tasks["basic.parked_retry"].delay(key, 3.0)
+    # its countdown leaves time to park ``behind`` first, however loaded the machine
+    retrying = app.tasks["basic.parked_retry"].delay(key, 8.0)
     wait_for(lambda: app.recorder.events("parked_retry", key), 60, message="the run that retries")
     second = app.tasks["basic.parked"].delay(key, 1, 120, True)  # the slot the retry gave back
     wait_for(lambda: len(events(app, key, "start")) == 2, 60, message="the second gated run")
