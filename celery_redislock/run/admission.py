@@ -244,8 +244,10 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
     if mine:
         _drop_if_stale(ctx)
         _defer(ctx, min(max(mine), max(task.lock_retry_countdown, 0.5)))
-    if (redelivered or deferred) and _drop_if_ended(ctx) and not deferred:
-        _defer(ctx, 1.0)  # storing its result, or dead: look once more
+    if redelivered or deferred:
+        not_ended = _drop_if_ended(ctx)  # raises Ignore when it ended
+        if not_ended and not deferred:
+            _defer(ctx, 1.0)  # storing its result, or dead: look once more
 
 
 def _defer(ctx: Context, delay: float) -> NoReturn:
