@@ -209,8 +209,12 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
     the park, e.g. a run that went back there with ``redislock_pause``) is
     dropped instead: that copy never runs.
 
-    A copy (marked redelivered, or one that made way before) that finds no
-    earlier delivery left asks the result backend whether one ended
+    A promoted copy whose reservation no copy claimed yet (a message a
+    stopped worker had fetched, given back by the broker marked
+    redelivered) is the task's first run: it goes on to its claim.
+
+    Any other copy (marked redelivered, or one that made way before) that
+    finds no earlier delivery left asks the result backend whether one ended
     (``SUCCESS``, ``FAILURE``, ``REVOKED``): then it is dropped, as Celery's
     ``worker_deduplicate_successful_tasks`` drops a redelivered message, else
     each run longer than ``visibility_timeout`` would leave a copy to run
@@ -245,6 +249,9 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
         _drop_if_stale(ctx)
         _defer(ctx, min(max(mine), max(task.lock_retry_countdown, 0.5)))
     if redelivered or deferred:
+        where, fate = _where_in_park(ctx)
+        if where == "inflight" or fate == "stale":
+            return  # a promotion no copy claimed: its claim runs this copy, or drops it
         not_ended = _drop_if_ended(ctx)  # raises Ignore when it ended
         if not_ended and not deferred:
             _defer(ctx, 1.0)  # storing its result, or dead: look once more
@@ -289,16 +296,25 @@ def _drop_if_ended(ctx: Context) -> bool:
 def _drop_if_stale(ctx: Context) -> None:
     """Raise ``StillPending`` (acknowledged, nothing stored) if this copy carries
     a park promotion token that is stale: the task runs from its park."""
-    token = options.header(ctx.request, options.HEADER_PARK_TOKEN)
-    if token is None:
-        return
-    lease_set = ctx.need_lease_set()
-    parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
-    if parking.where(ctx.task_id, str(token))[1] == "stale":
+    if _where_in_park(ctx)[1] == "stale":
         log.info(
             "%s[%s] dropped: a stale copy (token %s); the task runs from its park",
             ctx.task.name,
             ctx.task_id,
-            token,
+            options.header(ctx.request, options.HEADER_PARK_TOKEN),
         )
         raise StillPending()
+
+
+def _where_in_park(ctx: Context) -> tuple[str, str]:
+    """Where the task is in its park and the fate of this copy's promotion
+    token (``Parking.where``; ``("", "")`` for a copy without one).
+    ``"inflight"``: a promotion no copy claimed yet, a reservation that waits
+    for this copy (a message a stopped worker had fetched, which the broker
+    gave back)."""
+    token = options.header(ctx.request, options.HEADER_PARK_TOKEN)
+    if token is None:
+        return "", ""
+    lease_set = ctx.need_lease_set()
+    parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
+    return parking.where(ctx.task_id, str(token))

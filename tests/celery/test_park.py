@@ -1131,6 +1131,47 @@ def test_a_stale_copy_redelivered_after_a_whole_worker_kill_never_runs(
     assert_nothing_left(app, key)
 
 
+def test_a_promoted_message_a_warm_shutdown_gave_back_claims_its_reservation(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Redis broker: a worker stopped warm (SIGTERM) while it holds a fetched,
+    not yet started promoted message; the broker gives the message back
+    marked redelivered.  That copy is the task's first run: it claims its
+    reservation at once on the next worker, not making way for a delivery
+    that never started nor waiting for the sweeper to re-publish it after the
+    reservation's deadline (300 s here; the key would run below its limit
+    meanwhile)."""
+    config = sweeping_config(redis_url, prefetch="2", park_deadline="300")
+    app = create_app(config)
+    with worker_factory(tmp_path_factory.mktemp("park-warm-promoted")) as start:
+        stopping = start(config, pool="prefork", concurrency=2)
+        blockers = [f"{key}-busy{n}" for n in range(2)]
+        for b in blockers:  # both children busy: the next message is fetched, not started
+            app.tasks["basic.refresh_cache"].delay(b, 120, True)
+        wait_for(
+            lambda: all(app.recorder.events("refresh_cache", b) for b in blockers),
+            60,
+            message="both children busy",
+        )
+        result = app.tasks["basic.parked"].delay(key, 1, 0.1)  # a free name: reserved
+        wait_for(
+            lambda: f"basic.parked[{result.id}] received" in stopping.log_tail(),
+            60,
+            message="the message fetched",
+        )
+        assert stopping.proc is not None
+        stopping.proc.send_signal(signal.SIGTERM)  # warm: the running bodies finish
+        for b in blockers:
+            open_gate(app, b)
+        assert stopping.proc.wait(60) == 0
+        assert events(app, key) == []
+        start(config, pool="prefork", concurrency=2)
+        result.get(timeout=60)
+    assert [e["id"] for e in events(app, key, "start")] == [result.id]
+    assert not [d for d in drops(app) if d.startswith(result.id)]
+    assert_nothing_left(app, key)
+
+
 def test_messages_in_the_broker_still_run_after_the_lock_redis_lost_its_data(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
