@@ -107,6 +107,8 @@ class Outcome:
 
 class PromotionKind(enum.Enum):
     PUBLISH = "p"  #: publish the envelope with ``token``
+    #: publish it again: its last publish was not claimed within the deadline
+    REPUBLISH = "r"
     EXPIRED = "x"  #: expired while parked: never runs
     UNCLAIMED = "u"  #: published ``token`` times, never started: given up
 

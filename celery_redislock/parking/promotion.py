@@ -105,6 +105,15 @@ def _publish_all(
                 never_runs(app, parking, task_id, "revoked", envelope, promotion.guard)
                 again = True
                 continue
+            if promotion.kind is PromotionKind.REPUBLISH:
+                log.warning(
+                    "%s[%s] published again for %r: no worker started its promoted message "
+                    "within redislock_park_deadline (lost, purged, or in a queue slower than "
+                    "the deadline or that no worker consumes)",
+                    envelope.get("task"),
+                    task_id,
+                    parking.name,
+                )
             meta = {"lock": parking.name, "token": token}
             store_state(
                 app,

@@ -570,8 +570,9 @@ def test_promoted_message_lost_late_or_duplicated(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """After publish, before arrival: a promoted message that never arrives is
-    re-published by the sweeper after the deadline; the late original and a
-    duplicate copy are dropped.  Each task runs exactly once."""
+    re-published by the sweeper after the deadline, with a warning naming
+    it; the late original and a duplicate copy are dropped.  Each task runs
+    exactly once."""
     prefix = f"t-{uuid.uuid4().hex[:12]}"
     config = {
         "redis": redis_url,
@@ -584,7 +585,7 @@ def test_promoted_message_lost_late_or_duplicated(
     task = app.tasks["basic.parked"]
     client = app.recorder.client
     with worker_factory(tmp_path_factory.mktemp("park-lost")) as start:
-        start(config, pool="prefork", concurrency=4)
+        worker = start(config, pool="prefork", concurrency=4)
         results = [task.delay(key, n, 120, True) for n in range(6)]
         wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="two running")
         client.set(f"{prefix}:fault:lose_publish", 1)
@@ -603,6 +604,8 @@ def test_promoted_message_lost_late_or_duplicated(
         faults = [f.decode().split() for f in client.lrange(f"{prefix}:fault-log", 0, -1)]
         late = next(i for what, i in faults if what == "late")
         dup = next(i for what, i in faults if what == "dup")
+        lost = next(i for what, i in faults if what == "lost")
+        assert f"basic.parked[{lost}] published again for 'park:{key}'" in worker.log_tail(10_000)
         wait_for(
             lambda: {d.split()[0] for d in drops(app)} >= {late, dup},
             60,

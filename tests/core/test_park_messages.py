@@ -11,7 +11,7 @@ from typing import Any
 
 from celery_redislock.core.capacity import Capacity
 from celery_redislock.core.keys import ParkKeys
-from celery_redislock.core.park import ParkConfig, Parking, Verdict
+from celery_redislock.core.park import ParkConfig, Parking, PromotionKind, Verdict
 from tests.waiting import wait_for
 
 LIMIT = 1
@@ -135,3 +135,33 @@ def test_a_name_left_with_nothing_parked_keeps_no_message(redis_client: Any, pre
     )
     assert parking.drop("p").where == "parked"
     assert not redis_client.exists(keys.messages)
+
+
+def test_only_publishes_that_no_copy_claimed_count_toward_max_publishes(
+    redis_client: Any, prefix: str
+) -> None:
+    """A claim that sends its task back (here a lowered limit: another holder
+    fills it) shows a worker consumes the task: promoted again, it is a
+    first publish ("p"), and sent back more often than ``max_publishes`` it
+    is not given up as unclaimed.  A reservation that lapses unclaimed is
+    published again as "r" (the caller logs it), and given up after
+    ``max_publishes``."""
+    two = Capacity.semaphore(2)
+    parking = Parking(redis_client, prefix, "sent-back")
+    config = ParkConfig(max_publishes=2, deadline=0.05)
+    arrived = parking.arrive("h", two, envelope(0), 0, config, "owner-h", 5, "{}", "t")
+    assert arrived.verdict is Verdict.HELD
+    reserved = parking.enqueue("a", two, envelope(1), 0, config, "t")
+    assert reserved.verdict is Verdict.RESERVED
+    token = reserved.token
+    for _ in range(3):
+        back = parking.claim("a", str(token), "owner-a", 5, "{}", Capacity.semaphore(1), "t")
+        assert back.verdict is Verdict.PARKED
+        [promoted] = parking.promote(two, config, "t")
+        assert (promoted.kind, promoted.task_id) == (PromotionKind.PUBLISH, "a")
+        token = promoted.token
+    kinds = []
+    for _ in range(2):  # no claim: each reservation lapses at its deadline
+        wait_for(lambda: parking.status().overdue == 1, 10, message="the reservation lapsed")
+        kinds += [p.kind for p in parking.promote(two, config, "t")]
+    assert kinds == [PromotionKind.REPUBLISH, PromotionKind.UNCLAIMED]

@@ -75,7 +75,9 @@ if admissible(state, limit_of(limit)) and pause_left_us(PAUSE) == 0 then
 end
 if wait_us > MAX_START_WAIT_US then
   supersede(id, token)  -- it gets a new token when promoted again
-  e.limit, e.task = limit, ARGV[8]
+  -- A worker consumed it: only publishes no copy claimed count toward
+  -- max_publishes (promote_parked.lua's "u", "r").
+  e.limit, e.task, e.publishes = limit, ARGV[8], 0
   park(id, e)
   return {'parked', 0, next_due(limit, state.n, true)}
 end

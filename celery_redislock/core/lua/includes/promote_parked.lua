@@ -25,7 +25,9 @@
 -- bound).  Appends kind, id, token, envelope, guard per task to `out` (kind
 -- "p": publish the envelope with this token now, guard for the first task
 -- of the reply the holder of its state guard taken for its PROMOTED (see
--- hold_state_guard.lua), '' for the others; "x": expired, token 0; "u":
+-- hold_state_guard.lua), '' for the others; "r": the same, for a task
+-- published before that no copy claimed within its deadline (or whose
+-- publish failed); "x": expired, token 0; "u":
 -- unclaimed, token = how often it was published; guard '' for both).  Returns the holder state
 -- after it, and whether a task is left parked (nil: not known).
 local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
@@ -53,6 +55,7 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
       reply = {'u', head, e.publishes, message(head, e, true), ''}
     else
       e.limit = own
+      local again = e.publishes > 0
       local envelope = message(head, e, false)
       local token = reserve(state, head, e, deadline_ms)
       -- The first task of the reply only: its caller writes its PROMOTED at
@@ -61,7 +64,7 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
       -- task may have left flight, so that write checks it under the guard.
       local guard = ''
       if done == 0 then guard = hold_state_guard(head, string.format('p%d', token)) end
-      reply = {'p', head, token, envelope, guard}
+      reply = {again and 'r' or 'p', head, token, envelope, guard}
       reserved = true
     end
     for _, v in ipairs(reply) do out[#out + 1] = v end
