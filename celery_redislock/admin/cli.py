@@ -159,6 +159,8 @@ def status(
 @connection_options
 def parked(target: Target, names: tuple[str, ...], count: int, as_json: bool) -> None:
     """Parked tasks (policy park) per name: count, oldest age, in flight, overdue."""
+    for name in names:
+        _check_name(name)
     with redis_errors(target):
         rows = parking.status(target.client, target.prefix, list(names) or None, count=count)
     if as_json:
@@ -174,10 +176,7 @@ def parked(target: Target, names: tuple[str, ...], count: int, as_json: bool) ->
 @connection_options
 def discard_parked(target: Target, name: str, task_ids: tuple[str, ...], force: bool) -> None:
     """Discard the parked tasks of NAME (they never run; marked REVOKED)."""
-    try:
-        validate_name(name)
-    except (TypeError, ValueError) as exc:
-        raise Mistake(f"bad NAME {name!r}: {exc}") from None
+    _check_name(name)
     what = ", ".join(task_ids) if task_ids else "all parked tasks"
     if not force:
         click.confirm(f"discard {what} of {name!r}?", abort=True)
@@ -309,6 +308,13 @@ def exporter(target: Target, port: int, host: str) -> None:
             time.sleep(3600)
     except KeyboardInterrupt:
         click.echo("stopped")
+
+
+def _check_name(name: str) -> None:
+    try:
+        validate_name(name)
+    except (TypeError, ValueError) as exc:
+        raise Mistake(f"bad NAME {name!r}: {exc}") from None
 
 
 def _overrides(target: Target, name: str) -> Overrides:

@@ -199,8 +199,19 @@ def release_dead_child(
         name, limit=_limit_of_dead_run(task, task_id, args, kwargs, mine)
     )
     owners = [h.owner for h in mine]
-    owners += [w.owner for w in lease_set.waiters() if w.owner.startswith(prefix)]
     _release_dead_owners(task, task_id, pid, lease_set, owners, reason)
+    places = [w.owner for w in lease_set.waiters() if w.owner.startswith(prefix)]
+    for place in places:  # it never held the key: no lock_released
+        lease_set.release_owner(place)
+        log.info(
+            "%s[%s]: gave up the place in the queue of %r of its dead process %d (%s)",
+            task.name,
+            task_id,
+            name,
+            pid,
+            reason,
+        )
+    owners += places
     if headers.get(dedupe.HEADER):
         dedupe.clear_for(task, task_id, args, kwargs)
     if owners:

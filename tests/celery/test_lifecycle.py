@@ -268,6 +268,37 @@ def test_wait_policy_runs_after_the_release(app: Any, worker: WorkerProcess, key
     assert second_start - first_end < 10
 
 
+def test_a_run_killed_while_it_waits_gives_up_its_place_and_releases_nothing(
+    app: Any, worker: WorkerProcess, key: str
+) -> None:
+    """``revoke(terminate=True, signal="SIGKILL")`` of a run that waits in the
+    key's queue (policy ``wait``): the main process takes its place out of
+    the queue, with an INFO line that says so, and sends no
+    ``lock_released`` (it never held the key: no release, no reclaim in the
+    metrics); the holder runs on and a later call gets the key."""
+    sleeper = app.tasks["basic.sleeper"]
+    first = sleeper.delay(key, 60)
+    wait_until_running(app, "sleeper", key)
+    waiting = sleeper.apply_async((key, 0.1), lock_policy="wait", lock_wait_timeout=120)
+    leases = sleeper.redislock_leaseset(sleeper.redislock_name((key, 0.1), {}))
+    wait_for(lambda: leases.waiters(), 60, message="the second call waiting")
+    waiting.revoke(terminate=True, signal="SIGKILL")
+    wait_for(lambda: not leases.waiters(), 60, message="its place in the queue given up")
+    wait_for(
+        lambda: (
+            f"[{waiting.id}]: gave up the place in the queue of 'sleep:{key}'"
+            in worker.log_tail(2000)
+        ),
+        60,
+        message="the INFO line",
+    )
+    assert released(app, waiting.id) == []
+    assert [h.owner.split(".")[0] for h in leases.holders()] == [first.id]
+    first.revoke(terminate=True)
+    third = sleeper.apply_async((key, 0.1), lock_policy="wait", lock_wait_timeout=120)
+    third.get(timeout=60)
+
+
 def test_wait_policy_times_out_with_lock_contended(
     app: Any, worker: WorkerProcess, key: str
 ) -> None:

@@ -268,6 +268,8 @@ def test_pause_and_resume_a_key_from_the_shell(
         (["resume", "a{b"], "bad NAME 'a{b'"),
         (["discard-parked", "a{b", "--force"], "bad NAME 'a{b'"),
         (["discard-parked", "a{b"], "bad NAME 'a{b'"),  # before asking to confirm
+        (["parked", "a{b"], "bad NAME 'a{b'"),
+        (["parked", "ok", ""], "bad NAME ''"),
     ]:
         result = run("-A", app_module, "redislock", *args)
         assert result.exit_code == 2, result.output
