@@ -74,8 +74,9 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     except (RedisError, RedisClusterException) as exc:  # a Cluster client connects when built
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
         raise
+    lease_set: LeaseSet | None = None
     try:
-        lease_set: LeaseSet = task.redislock_leaseset(
+        lease_set = task.redislock_leaseset(
             name,
             ttl=ttl,
             limit=limit,
@@ -108,6 +109,7 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
                 acquired = _wait_for_listed(ctx, policy, needs, listed_lost, started)
     except (RedisError, RedisClusterException) as exc:
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
+        _keep_reservation(task, request, lease_set, exc)
         raise
     if acquired:
         waited = time.monotonic() - started
@@ -133,6 +135,29 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     defer_to_earlier_delivery(ctx, contended=True)
     announce_contended(ctx, policy.name)
     policy.contended(ctx)
+
+
+def _keep_reservation(
+    task: Any, request: Any, lease_set: LeaseSet | None, exc: BaseException
+) -> None:
+    """A promoted copy (``park``) whose claim failed on a Redis error, before
+    it held anything: its reservation is still in Redis, and the park
+    publishes the task again after the reservation's deadline.  So the run
+    ends with no state stored (``StillPending``: the task stays ``PROMOTED``)
+    rather than ``FAILURE``, which the later run would contradict.  If the
+    lock Redis comes back without its data, the task is lost with the rest of
+    its park (docs/park.md, "Durability")."""
+    token = options.header(request, options.HEADER_PARK_TOKEN)
+    if token is None or lease_set is None or lease_set.token is not None:
+        return
+    log.warning(
+        "%s[%s]: its park reservation (token %s) stays in Redis: the park publishes "
+        "it again after redislock_park_deadline",
+        task.name,
+        request.id,
+        token,
+    )
+    raise StillPending() from exc
 
 
 def _take_listed(ctx: Context, needs: list[Need], on_lost: Any) -> bool:

@@ -1175,6 +1175,57 @@ def test_a_promoted_message_a_warm_shutdown_gave_back_claims_its_reservation(
     assert_nothing_left(app, key)
 
 
+def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The lock Redis stops answering (SIGSTOP) while promoted messages wait,
+    fetched, in a worker: their claims fail closed (an ERROR line, the body
+    does not run), but their reservations are still in Redis, so the calls
+    do not end ``FAILURE``: they keep their state with a warning, and once
+    Redis answers again the park publishes them again and each runs once
+    (``SUCCESS``, never a ``FAILURE`` before it)."""
+    with RedisServer() as locks:
+        config = sweeping_config(redis_url, lock_redis=locks.url, prefetch="2")
+        app = create_app(config)
+        with worker_factory(tmp_path_factory.mktemp("park-claim-closed")) as start:
+            worker = start(config, pool="prefork", concurrency=2)
+            blockers = [f"{key}-busy{n}" for n in range(2)]
+            for b in blockers:  # both children busy: the promoted messages wait, fetched
+                app.tasks["basic.refresh_cache"].delay(b, 120, True)
+            wait_for(
+                lambda: all(app.recorder.events("refresh_cache", b) for b in blockers),
+                60,
+                message="both children busy",
+            )
+            published = [app.tasks["basic.parked"].delay(key, n, 0.1) for n in range(LIMIT)]
+            wait_for(
+                lambda: all(
+                    f"basic.parked[{r.id}] received" in worker.log_tail() for r in published
+                ),
+                60,
+                message="the promoted messages fetched",
+            )
+            locks.pause()
+            try:
+                for b in blockers:
+                    open_gate(app, b)
+                wait_for(
+                    lambda: all(
+                        f"basic.parked[{r.id}]: its park reservation" in worker.log_tail(2000)
+                        for r in published
+                    ),
+                    120,
+                    message="both claims failed closed",
+                )
+                assert [r.state for r in published] == ["PENDING"] * LIMIT  # reserved at the call
+                assert events(app, key) == []
+            finally:
+                locks.resume()
+            for r in published:
+                r.get(timeout=120)
+    assert sorted(e["id"] for e in events(app, key, "start")) == sorted(r.id for r in published)
+
+
 def test_messages_in_the_broker_still_run_after_the_lock_redis_lost_its_data(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
