@@ -57,7 +57,10 @@ Guaranteed, acquiring:
 * a blocking acquire that is not granted has joined the queue in that same
   call and blocks on its own wake list (``BLPOP``), never longer than the
   script's retry time (the earliest holder's lease, at most half a wait
-  lease), the caller's deadline, or 0.8 of the client's socket timeout;
+  lease), the caller's deadline, or 0.8 of the client's socket timeout; a
+  ``BLPOP`` that fails on a timeout or a dropped connection (Redis stalled
+  meanwhile) is followed by asking again, which fails if Redis still does
+  not answer;
 * on True the lease runs at least ``ttl`` from the grant (a slot handed over
   after a long wait is renewed once on receipt) and the heartbeat renews it;
 * a blocking acquire that gives up (timeout, an exception, a
@@ -95,6 +98,9 @@ import weakref
 from collections.abc import Callable, Mapping
 from types import EllipsisType, TracebackType
 from typing import Any, ClassVar, TypeVar
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .capacity import Capacity, Kind
 from .errors import AcquireTimeout, LockError, LockLost, NotOwned, NotReplicated, Superseded
@@ -324,7 +330,13 @@ class LeaseSet:
                         return False
                 if cap is not None:
                     block = min(block, cap * 0.8)
-                popped = self.client.blpop([self.keys.wake(owner)], timeout=max(block, 0.001))
+                try:
+                    popped = self.client.blpop([self.keys.wake(owner)], timeout=max(block, 0.001))
+                except (RedisConnectionError, RedisTimeoutError):
+                    # A stall or a dropped connection while it waited: it holds
+                    # nothing, and a hand-off made meanwhile shows as its own
+                    # when it asks again; a Redis still down fails that ask.
+                    continue
                 if popped is None:
                     continue
                 token = int(popped[1])

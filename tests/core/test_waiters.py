@@ -250,3 +250,43 @@ def test_a_second_release_of_a_semaphore_slot_hands_on_nothing(
     for waiter in waiters:
         if waiter.owned():
             waiter.release()
+
+
+def test_a_waiter_rides_out_a_stall_longer_than_its_socket_timeout(own_redis: Any) -> None:
+    """Redis stalls (SIGSTOP) for longer than the client's socket timeout
+    while a waiter blocks on its wake list (``BLPOP``): the waiter holds
+    nothing, and a hand-off made meanwhile shows as its own when it asks
+    again, so it asks again when Redis answers instead of failing (a holder
+    rides the same stall out); it gets the lock at the holder's release.  A
+    Redis that still does not answer fails that next ask (fail closed)."""
+    from celery_redislock.core.connection import client_from_url
+
+    client = client_from_url(f"{own_redis.url}?socket_timeout=3")
+    holder = RedisLock(client, "stall", ttl=30)
+    assert holder.acquire()
+    outcome: dict[str, Any] = {}
+
+    def wait() -> None:
+        waiter = RedisLock(client, "stall", ttl=30)
+        try:
+            outcome["got"] = waiter.acquire(blocking=True, timeout=60)
+            waiter.release()
+        except Exception as exc:  # the outcome is what the test asserts
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    admin = redis.Redis.from_url(own_redis.url)
+    wait_for(  # a BLPOP that just started: the stall falls inside it
+        lambda: any(c["cmd"] == "blpop" and int(c["idle"]) == 0 for c in admin.client_list()),
+        10,
+        message="the waiter blocked",
+    )
+    own_redis.pause()
+    try:
+        time.sleep(4)  # the fault itself: longer than the 3 s socket timeout
+    finally:
+        own_redis.resume()
+    holder.release()
+    thread.join(60)
+    assert outcome == {"got": True}
