@@ -19,11 +19,11 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ..core.capacity import Capacity
 from ..core.park import Parking, Verdict
@@ -49,6 +49,10 @@ class _Call:
     park: Mapping[str, Any]  #: changes to the app's ParkConfig for this call
     retry: bool = False  #: a retry of the running run: stored at the head
     token: str = ""  #: with retry: the promotion token the run was claimed with
+    #: the Redis error of the decision, raised by the caller once Celery's
+    #: publish returned (inside it, a Redis broker's transport would report
+    #: it as its own ``OperationalError``, a broker error)
+    failed: list[BaseException] = field(default_factory=list)
 
 
 NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
@@ -67,12 +71,8 @@ def park_or_publish(
 ) -> Any:
     """Run ``send`` (Celery's ``apply_async``) with the park decision at publish;
     ``park``: changes to the app's :class:`ParkConfig` (``keep_latest``, ``debounce``)."""
-    _install_sender(task.app)
-    reset = _CALL.set(_Call(task, name, task_id, capacity_of(task, limit), rate, park))
-    try:
-        return send()
-    finally:
-        _CALL.reset(reset)
+    call = _Call(task, name, task_id, capacity_of(task, limit), rate, park)
+    return _send(call, send)
 
 
 def retry_at_head(
@@ -91,13 +91,24 @@ def retry_at_head(
     which is promoted when the pause ends.  ``token``: the promotion token the
     run was claimed with ("": none), made stale so that a redelivered copy
     never runs."""
-    _install_sender(task.app)
     call = _Call(task, name, task_id, capacity_of(task, limit), rate, NO_CHANGES, True, token)
+    return _send(call, send)
+
+
+def _send(call: _Call, send: Callable[[], Any]) -> Any:
+    """Run ``send`` with ``call`` as the park call its publish decides; the
+    decision's Redis error, if any, is raised here (nothing was published)."""
+    amqp = call.task.app.amqp
+    if not getattr(amqp, "_redislock_park_sender", False):
+        _install_sender(call.task.app)
     reset = _CALL.set(call)
     try:
-        return send()
+        result = send()
     finally:
         _CALL.reset(reset)
+    if call.failed:
+        raise call.failed[0]
+    return result
 
 
 def _install_sender(app: Any) -> None:
@@ -116,7 +127,11 @@ def _install_sender(app: Any) -> None:
             if call is None or message.headers.get("id") != call.task_id:
                 return original(producer, name, message, **options)
             _CALL.set(None)  # only this one message (not callbacks it may publish)
-            token = _enqueue(call, envelope_of_publish(app, message, options))
+            try:
+                token = _enqueue(call, envelope_of_publish(app, message, options))
+            except (RedisError, RedisClusterException) as exc:
+                call.failed.append(exc)
+                return None
             if token is None:
                 return None
             message.headers[HEADER_PARK_TOKEN] = str(token)

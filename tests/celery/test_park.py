@@ -1226,6 +1226,28 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
     assert sorted(e["id"] for e in events(app, key, "start")) == sorted(r.id for r in published)
 
 
+@pytest.mark.parametrize("task_name", ["basic.parked", "basic.keep_latest"])
+def test_a_park_call_with_the_lock_redis_down_raises_its_error_and_publishes_nothing(
+    redis_url: str, key: str, task_name: str
+) -> None:
+    """``delay()`` of a ``park`` (or ``keep_latest``) task while the lock Redis
+    does not answer raises the Redis error, which names its address, and
+    publishes nothing.  The decision is made inside Celery's publish, where a
+    Redis broker's transport reports any Redis error as its own
+    ``kombu.exceptions.OperationalError``, a broker error: it is raised once
+    the publish returned, as the Redis error it is."""
+    import redis.exceptions
+
+    with RedisServer() as locks:
+        config = sweeping_config(redis_url, lock_redis=locks.url)
+        app = create_app(config)
+        locks.stop()
+        with pytest.raises(redis.exceptions.ConnectionError) as raised:
+            app.tasks[task_name].delay(key, 1)
+        assert f":{locks.port}" in str(raised.value)
+        assert queue_length(app) == 0
+
+
 def test_messages_in_the_broker_still_run_after_the_lock_redis_lost_its_data(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
