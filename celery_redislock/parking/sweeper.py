@@ -78,6 +78,8 @@ class Sweeper:
 
     def _run(self) -> None:
         wait = self.interval
+        failing_since: float | None = None  # the first sweep of a run of failures
+        logged_at = 0.0
         try:
             while not self._stop.is_set():
                 self._sleep(wait)
@@ -86,9 +88,21 @@ class Sweeper:
                 try:
                     published, next_in = self._sweep()
                 except Exception as exc:
-                    log.error("park sweeper: %r (retrying next interval)", exc)
+                    # One line per ERROR_EVERY while it keeps failing (Redis down
+                    # for minutes would otherwise log every interval).
+                    now = time.monotonic()
+                    if failing_since is None or now - logged_at >= ERROR_EVERY:
+                        log.error("park sweeper: %r (retrying every interval)", exc)
+                        logged_at = now
+                    failing_since = failing_since if failing_since is not None else now
                     wait = self.interval
                     continue
+                if failing_since is not None:
+                    log.info(
+                        "park sweeper: sweeping again after %.1f s of failures",
+                        time.monotonic() - failing_since,
+                    )
+                    failing_since = None
                 wait = self._next_wait(published, next_in)
         finally:
             self._close_channel()
@@ -137,6 +151,9 @@ class Sweeper:
                 self._channel.close()
             self._channel = None
 
+
+#: while sweeps keep failing, at most one ERROR line per this many seconds
+ERROR_EVERY = 30.0
 
 _SWEEPERS: dict[int, Sweeper] = {}
 

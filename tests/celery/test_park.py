@@ -1226,6 +1226,29 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
     assert sorted(e["id"] for e in events(app, key, "start")) == sorted(r.id for r in published)
 
 
+def test_the_sweeper_logs_a_lock_redis_outage_once_and_its_end(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The lock Redis down while the sweeper runs every 0.5 s: one ERROR line
+    (not one per sweep), and an INFO line when sweeps work again."""
+    with RedisServer() as locks:
+        config = sweeping_config(redis_url, lock_redis=locks.url)
+        with worker_factory(tmp_path_factory.mktemp("park-sweeper-outage")) as start:
+            worker = start(config, pool="prefork", concurrency=1)
+            locks.kill()
+            wait_for(
+                lambda: "park sweeper: " in worker.log_tail(2000), 60, message="the ERROR line"
+            )
+            time.sleep(3)  # the observation window: six sweeps, each failing
+            assert worker.log_tail(2000).count("park sweeper: ") == 1
+            locks.start()
+            wait_for(
+                lambda: "park sweeper: sweeping again after" in worker.log_tail(2000),
+                60,
+                message="the INFO line",
+            )
+
+
 @pytest.mark.parametrize("task_name", ["basic.parked", "basic.keep_latest"])
 def test_a_park_call_with_the_lock_redis_down_raises_its_error_and_publishes_nothing(
     redis_url: str, key: str, task_name: str
