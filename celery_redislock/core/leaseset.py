@@ -127,6 +127,10 @@ WAIT_LEASE = 5.0
 Self = TypeVar("Self", bound="LeaseSet")
 
 
+#: seconds between a failed BLPOP and asking again
+_BLPOP_RETRY_PAUSE = 0.1
+
+
 def _socket_timeout(client: Any) -> float | None:
     # redis.Redis (also Sentinel's master_for): its pool; RedisCluster: its nodes manager.
     holder = getattr(client, "connection_pool", None) or getattr(client, "nodes_manager", None)
@@ -336,6 +340,8 @@ class LeaseSet:
                     # A stall or a dropped connection while it waited: it holds
                     # nothing, and a hand-off made meanwhile shows as its own
                     # when it asks again; a Redis still down fails that ask.
+                    # (A pause first: a BLPOP that fails at once must not spin.)
+                    time.sleep(_BLPOP_RETRY_PAUSE)
                     continue
                 if popped is None:
                     continue

@@ -26,7 +26,7 @@ from ..core.leaseset import LeaseSet
 from ..core.owners import new_owner
 from ..core.park import Outcome, Parking, Verdict
 from ..core.rate import RateLimiter
-from ..enqueue.options import HEADER_PARK_TOKEN, header
+from ..enqueue.options import HEADER_DEFERRED, HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from . import promotion
 from .enqueue import NO_CHANGES
@@ -77,18 +77,23 @@ def claim_or_arrive(
     sent_at = time.monotonic()
     admission: Outcome | None = None
     if token is not None:
-        admission = parking.claim(
-            task_id, str(token), owner, lease_set.ttl, meta, lease_set.capacity, task.name
-        )
+        try:
+            admission = parking.claim(
+                task_id, str(token), owner, lease_set.ttl, meta, lease_set.capacity, task.name
+            )
+        except (RedisError, RedisClusterException) as exc:
+            setattr(exc, CLAIM_FAILED, True)  # a marker for run/admission.py
+            raise
         if admission.verdict is Verdict.DROP and (
             admission.reason == "unknown"
-            or (admission.reason == "claimed" and _redelivered(request))
+            or (admission.reason == "claimed" and _after_a_claim(request))
         ):
-            # Unknown: the lock Redis lost its data.  Claimed and redelivered:
-            # the delivery that claimed it died before its ack and the broker
-            # gave the message back (the main process released the lease).
-            # Either way this copy is the task: admitted like any message
-            # without a reservation.  At least once, as Celery delivers.
+            # Unknown: the lock Redis lost its data.  Claimed: the delivery that
+            # claimed it died before its ack and the broker gave the message
+            # back (the main process released the lease), or this copy's own
+            # claim went through with its reply lost.  Either way this copy is
+            # the task: admitted like any message without a reservation.  At
+            # least once, as Celery delivers.
             admission = None
     arrived = admission is None  # decided here, not a claim sent back to the park
     if admission is None:
@@ -140,8 +145,22 @@ def _drop_revoked(
     raise Ignore()  # the task is done: __call__ gives its enqueue marker back
 
 
-def _redelivered(request: Any) -> bool:
-    return bool((getattr(request, "delivery_info", None) or {}).get("redelivered"))
+#: set on a Redis error raised by the claim of a promoted copy
+CLAIM_FAILED = "_redislock_claim_failed"
+
+
+def _after_a_claim(request: Any) -> bool:
+    """Whether a copy whose token was claimed is the task all the same: one
+    the broker gave back (marked redelivered) or that looked again after
+    making way (``redislock_deferred``: run/admission.py found no execution
+    of its id left and the result backend no final state), unless it went
+    to its claim finding the reservation still unclaimed
+    (``redislock_claim_first``): then a twin copy claimed it meanwhile and
+    runs it, and this one is a duplicate."""
+    if getattr(request, "redislock_claim_first", False):
+        return False
+    redelivered = (getattr(request, "delivery_info", None) or {}).get("redelivered")
+    return bool(redelivered) or header(request, HEADER_DEFERRED) is not None
 
 
 def back_to_the_head(

@@ -79,7 +79,7 @@ class Sweeper:
     def _run(self) -> None:
         wait = self.interval
         failing_since: float | None = None  # the first sweep of a run of failures
-        logged_at = 0.0
+        logged_at, logged = 0.0, ""
         try:
             while not self._stop.is_set():
                 self._sleep(wait)
@@ -90,10 +90,10 @@ class Sweeper:
                 except Exception as exc:
                     # One line per ERROR_EVERY while it keeps failing (Redis down
                     # for minutes would otherwise log every interval).
-                    now = time.monotonic()
-                    if failing_since is None or now - logged_at >= ERROR_EVERY:
-                        log.error("park sweeper: %r (retrying every interval)", exc)
-                        logged_at = now
+                    now, what = time.monotonic(), repr(exc)
+                    if failing_since is None or now - logged_at >= ERROR_EVERY or what != logged:
+                        log.error("park sweeper: %s (retrying every interval)", what)
+                        logged_at, logged = now, what
                     failing_since = failing_since if failing_since is not None else now
                     wait = self.interval
                     continue

@@ -31,6 +31,7 @@ from ..core.park import Parking
 from ..diagnose import fail_closed, settings_failed
 from ..enqueue import options
 from ..enqueue.listed_limits import Need, check_policy_with_limits
+from ..parking.arrival import CLAIM_FAILED
 from ..parking.states import StillPending
 from ..policies import (
     POLICIES,
@@ -74,9 +75,9 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     except (RedisError, RedisClusterException) as exc:  # a Cluster client connects when built
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
         raise
-    lease_set: LeaseSet | None = None
+    ctx: Context | None = None
     try:
-        lease_set = task.redislock_leaseset(
+        lease_set: LeaseSet = task.redislock_leaseset(
             name,
             ttl=ttl,
             limit=limit,
@@ -109,7 +110,8 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
                 acquired = _wait_for_listed(ctx, policy, needs, listed_lost, started)
     except (RedisError, RedisClusterException) as exc:
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))
-        _keep_reservation(task, request, lease_set, exc)
+        if getattr(exc, CLAIM_FAILED, False) and ctx is not None:
+            _claim_again_later(ctx, exc)
         raise
     if acquired:
         waited = time.monotonic() - started
@@ -137,27 +139,31 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     policy.contended(ctx)
 
 
-def _keep_reservation(
-    task: Any, request: Any, lease_set: LeaseSet | None, exc: BaseException
-) -> None:
-    """A promoted copy (``park``) whose claim failed on a Redis error, before
-    it held anything: its reservation is still in Redis, and the park
-    publishes the task again after the reservation's deadline.  So the run
-    ends with no state stored (``StillPending``: the task stays ``PROMOTED``)
-    rather than ``FAILURE``, which the later run would contradict.  If the
-    lock Redis comes back without its data, the task is lost with the rest of
-    its park (docs/park.md, "Durability")."""
-    token = options.header(request, options.HEADER_PARK_TOKEN)
-    if token is None or lease_set is None or lease_set.token is not None:
-        return
+def _claim_again_later(ctx: Context, exc: BaseException) -> None:
+    """A promoted copy (``park``) whose claim failed on a Redis error: its
+    reservation is still in Redis (the claim did not run), or the claim ran
+    and its reply was lost.  Rather than end ``FAILURE``, which the task's
+    later run would contradict, the copy is published again (uncounted, no
+    state stored, as a copy that makes way): back, it claims the reservation
+    if it is still there, is dropped as stale if the park published the
+    task again meanwhile, or, its own claim having gone through, waits for
+    that lease to lapse and is admitted as the task.  If that publish fails
+    too (the broker is that Redis), the Redis error ends the run
+    (``FAILURE``), as before."""
     log.warning(
-        "%s[%s]: its park reservation (token %s) stays in Redis: the park publishes "
-        "it again after redislock_park_deadline",
-        task.name,
-        request.id,
-        token,
+        "%s[%s]: its claim of a park reservation failed; the message is published "
+        "again to claim it once Redis answers",
+        ctx.task.name,
+        ctx.task_id,
     )
-    raise StillPending() from exc
+    try:
+        requeue(ctx, max(ctx.task.lock_retry_countdown, 1.0), deferred=True)
+    except StillPending:
+        raise
+    except Exception as publish_error:
+        log.error(
+            "%s[%s]: could not publish it again (%r)", ctx.task.name, ctx.task_id, publish_error
+        )
 
 
 def _take_listed(ctx: Context, needs: list[Need], on_lost: Any) -> bool:
@@ -276,7 +282,10 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
     if redelivered or deferred:
         where, fate = _where_in_park(ctx)
         if where == "inflight" or fate == "stale":
-            return  # a promotion no copy claimed: its claim runs this copy, or drops it
+            # A promotion no copy claimed: its claim runs this copy, or drops
+            # it; a twin that claims first makes this one a duplicate.
+            request.redislock_claim_first = where == "inflight"
+            return
         not_ended = _drop_if_ended(ctx)  # raises Ignore when it ended
         if not_ended and not deferred:
             _defer(ctx, 1.0)  # storing its result, or dead: look once more

@@ -199,8 +199,8 @@ def release_dead_child(
         name, limit=_limit_of_dead_run(task, task_id, args, kwargs, mine)
     )
     owners = [h.owner for h in mine]
-    _release_dead_owners(task, task_id, pid, lease_set, owners, reason)
     places = [w.owner for w in lease_set.waiters() if w.owner.startswith(prefix)]
+    _release_dead_owners(task, task_id, pid, lease_set, owners, reason)
     for place in places:  # it never held the key: no lock_released
         lease_set.release_owner(place)
         log.info(

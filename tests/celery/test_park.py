@@ -1181,9 +1181,9 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
     """The lock Redis stops answering (SIGSTOP) while promoted messages wait,
     fetched, in a worker: their claims fail closed (an ERROR line, the body
     does not run), but their reservations are still in Redis, so the calls
-    do not end ``FAILURE``: they keep their state with a warning, and once
-    Redis answers again the park publishes them again and each runs once
-    (``SUCCESS``, never a ``FAILURE`` before it)."""
+    do not end ``FAILURE``: each copy is published again with a warning (it
+    stores no state), and once Redis answers one claims its reservation and
+    each call runs once (``SUCCESS``, never a ``FAILURE`` before it)."""
     with RedisServer() as locks:
         config = sweeping_config(redis_url, lock_redis=locks.url, prefetch="2")
         app = create_app(config)
@@ -1211,7 +1211,8 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
                     open_gate(app, b)
                 wait_for(
                     lambda: all(
-                        f"basic.parked[{r.id}]: its park reservation" in worker.log_tail(2000)
+                        f"basic.parked[{r.id}]: its claim of a park reservation failed"
+                        in worker.log_tail(2000)
                         for r in published
                     ),
                     120,

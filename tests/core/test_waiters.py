@@ -261,7 +261,7 @@ def test_a_waiter_rides_out_a_stall_longer_than_its_socket_timeout(own_redis: An
     Redis that still does not answer fails that next ask (fail closed)."""
     from celery_redislock.core.connection import client_from_url
 
-    client = client_from_url(f"{own_redis.url}?socket_timeout=3")
+    client = client_from_url(f"{own_redis.url}?socket_timeout=6")
     holder = RedisLock(client, "stall", ttl=30)
     assert holder.acquire()
     outcome: dict[str, Any] = {}
@@ -284,7 +284,7 @@ def test_a_waiter_rides_out_a_stall_longer_than_its_socket_timeout(own_redis: An
     )
     own_redis.pause()
     try:
-        time.sleep(4)  # the fault itself: longer than the 3 s socket timeout
+        time.sleep(7)  # the fault itself: longer than the 6 s socket timeout
     finally:
         own_redis.resume()
     holder.release()

@@ -14,8 +14,9 @@
 --                      as unclaimed (0: no bound; see promote_parked())
 -- Returns {due, kind, id, token, envelope, guard, ...}: kind "p" promoted
 -- (publish the envelope with this token now; guard: the holder of its state
--- guard, or ''), "x" expired (token 0), "u" unclaimed (token: how often it
--- was published); see promote_parked().
+-- guard, or ''), "r" the same for a task published before that no copy
+-- claimed, "x" expired (token 0), "u" unclaimed (token: how often it was
+-- published); see promote_parked().
 
 --- @include "includes/next_due"
 --- @include "includes/promote_parked"

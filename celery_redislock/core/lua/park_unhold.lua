@@ -38,7 +38,7 @@ local out = {0, 0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
   tonumber(ARGV[6]))
 local hold_for = tonumber(ARGV[8])
-if lifted and hold_for > 0 and out[3] == 'p' then
+if lifted and hold_for > 0 and (out[3] == 'p' or out[3] == 'r') then
   parked = redis.call('ZCARD', PARK) > 0
   if parked then
     local hold = NOW_MS + hold_for
