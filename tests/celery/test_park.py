@@ -1089,6 +1089,33 @@ def test_a_chord_counts_a_member_revoked_or_expired_while_parked(
     assert_nothing_left(app, key)
 
 
+def fetched_behind_busy_children(
+    app: Any, worker: Any, key: str, calls: int = 1
+) -> tuple[list[Any], list[str]]:
+    """Both children of ``worker`` (prefork, concurrency 2) busy with gated
+    runs, then ``calls`` calls of ``basic.parked`` on the free name ``key``
+    (reserved at the call): returns them, once the worker logged them
+    received (fetched, not started), and the blockers' keys (``open_gate``
+    ends their runs)."""
+    blockers = [f"{key}-busy{n}" for n in range(2)]
+    for b in blockers:
+        app.tasks["basic.refresh_cache"].delay(b, 120, True)
+    wait_for(
+        lambda: all(app.recorder.events("refresh_cache", b) for b in blockers),
+        60,
+        message="both children busy",
+    )
+    results = [app.tasks["basic.parked"].delay(key, n + 1, 0.1) for n in range(calls)]
+    # Logged once kombu recorded it as unacked (before that, a kill would lose
+    # the message in kombu's own window between BRPOP and that record).
+    wait_for(
+        lambda: all(f"basic.parked[{r.id}] received" in worker.log_tail() for r in results),
+        60,
+        message="the promoted messages fetched",
+    )
+    return results, blockers
+
+
 def test_a_stale_copy_redelivered_after_a_whole_worker_kill_never_runs(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -1103,22 +1130,7 @@ def test_a_stale_copy_redelivered_after_a_whole_worker_kill_never_runs(
     app = create_app(config)
     with worker_factory(tmp_path_factory.mktemp("park-stale-redelivered")) as start:
         doomed = start(config, pool="prefork", concurrency=2)
-        blockers = [f"{key}-busy{n}" for n in range(2)]
-        for b in blockers:  # both children busy: the next message is fetched, not started
-            app.tasks["basic.refresh_cache"].delay(b, 120, True)
-        wait_for(
-            lambda: all(app.recorder.events("refresh_cache", b) for b in blockers),
-            60,
-            message="both children busy",
-        )
-        result = app.tasks["basic.parked"].delay(key, 1, 0.1)  # a free name: reserved
-        # Logged once kombu recorded it as unacked (before that, a kill would lose
-        # the message in kombu's own window between BRPOP and that record).
-        wait_for(
-            lambda: f"basic.parked[{result.id}] received" in doomed.log_tail(),
-            60,
-            message="the message fetched",
-        )
+        [result], _ = fetched_behind_busy_children(app, doomed, key)
         assert events(app, key) == []
         doomed.kill()
         start(config, pool="prefork", concurrency=2)
@@ -1148,20 +1160,7 @@ def test_a_promoted_message_a_warm_shutdown_gave_back_claims_its_reservation(
     app = create_app(config)
     with worker_factory(tmp_path_factory.mktemp("park-warm-promoted")) as start:
         stopping = start(config, pool="prefork", concurrency=2)
-        blockers = [f"{key}-busy{n}" for n in range(2)]
-        for b in blockers:  # both children busy: the next message is fetched, not started
-            app.tasks["basic.refresh_cache"].delay(b, 120, True)
-        wait_for(
-            lambda: all(app.recorder.events("refresh_cache", b) for b in blockers),
-            60,
-            message="both children busy",
-        )
-        result = app.tasks["basic.parked"].delay(key, 1, 0.1)  # a free name: reserved
-        wait_for(
-            lambda: f"basic.parked[{result.id}] received" in stopping.log_tail(),
-            60,
-            message="the message fetched",
-        )
+        [result], blockers = fetched_behind_busy_children(app, stopping, key)
         assert stopping.proc is not None
         stopping.proc.send_signal(signal.SIGTERM)  # warm: the running bodies finish
         for b in blockers:
@@ -1189,22 +1188,7 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
         app = create_app(config)
         with worker_factory(tmp_path_factory.mktemp("park-claim-closed")) as start:
             worker = start(config, pool="prefork", concurrency=2)
-            blockers = [f"{key}-busy{n}" for n in range(2)]
-            for b in blockers:  # both children busy: the promoted messages wait, fetched
-                app.tasks["basic.refresh_cache"].delay(b, 120, True)
-            wait_for(
-                lambda: all(app.recorder.events("refresh_cache", b) for b in blockers),
-                60,
-                message="both children busy",
-            )
-            published = [app.tasks["basic.parked"].delay(key, n, 0.1) for n in range(LIMIT)]
-            wait_for(
-                lambda: all(
-                    f"basic.parked[{r.id}] received" in worker.log_tail() for r in published
-                ),
-                60,
-                message="the promoted messages fetched",
-            )
+            published, blockers = fetched_behind_busy_children(app, worker, key, LIMIT)
             locks.pause()
             try:
                 for b in blockers:
