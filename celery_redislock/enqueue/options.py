@@ -18,6 +18,7 @@ from ..core.validation import MAX_TTL, check_timeout, check_ttl
 
 __all__ = [
     "CALL_OPTIONS",
+    "HEADER_CLAIM_RETRY",
     "HEADER_DEDUPE",
     "HEADER_DEFERRED",
     "HEADER_PARK_TOKEN",
@@ -42,6 +43,9 @@ HEADER_REQUEUES = "redislock_requeues"
 #: set on a copy requeued to make way for an earlier delivery of its task id
 #: (run/admission.py ``defer_to_earlier_delivery``)
 HEADER_DEFERRED = "redislock_deferred"
+#: set on a promoted copy published again because its claim failed on a
+#: Redis error (run/admission.py): how often; it keeps its promotion token
+HEADER_CLAIM_RETRY = "redislock_claim_retry"
 #: how many of the message's Celery ``retries`` are requeues (policies/retry.py):
 #: monitors count a requeue as a retry, the body's own retry budget does not
 HEADER_RETRIES_FROM_REQUEUES = "redislock_retries_from_requeues"

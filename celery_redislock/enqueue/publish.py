@@ -51,7 +51,8 @@ def publish_call(
     headers = options.call_headers(call, check_policy)
     headers.setdefault(options.HEADER_SENT_AT, time.time())  # a requeue keeps the call's
     name = task.redislock_name(args, kwargs)
-    headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
+    if options.HEADER_CLAIM_RETRY not in headers:  # a copy whose claim failed keeps it
+        headers.pop(options.HEADER_PARK_TOKEN, None)  # a promotion token is for one publish
     policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or task.lock_policy)]
     policy.check_rate(task.name, type(task)._redislock_rate)  # a per-call lock_policy
     check_call(task, policy, policy.coalesces and dedupe.wanted(task, task_id, headers))

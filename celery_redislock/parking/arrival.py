@@ -26,7 +26,7 @@ from ..core.leaseset import LeaseSet
 from ..core.owners import new_owner
 from ..core.park import Outcome, Parking, Verdict
 from ..core.rate import RateLimiter
-from ..enqueue.options import HEADER_DEFERRED, HEADER_PARK_TOKEN, header
+from ..enqueue.options import HEADER_CLAIM_RETRY, HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from . import promotion
 from .enqueue import NO_CHANGES
@@ -151,16 +151,16 @@ CLAIM_FAILED = "_redislock_claim_failed"
 
 def _after_a_claim(request: Any) -> bool:
     """Whether a copy whose token was claimed is the task all the same: one
-    the broker gave back (marked redelivered) or that looked again after
-    making way (``redislock_deferred``: run/admission.py found no execution
-    of its id left and the result backend no final state), unless it went
-    to its claim finding the reservation still unclaimed
-    (``redislock_claim_first``): then a twin copy claimed it meanwhile and
-    runs it, and this one is a duplicate."""
+    the broker gave back (marked redelivered: the delivery that claimed it
+    died), or one published again after its own claim failed on a Redis
+    error (``redislock_claim_retry``: that claim may have gone through with
+    its reply lost), unless it went to its claim finding the reservation
+    still unclaimed (``redislock_claim_first``): then a twin copy claimed it
+    meanwhile and runs it, and this one is a duplicate."""
     if getattr(request, "redislock_claim_first", False):
         return False
     redelivered = (getattr(request, "delivery_info", None) or {}).get("redelivered")
-    return bool(redelivered) or header(request, HEADER_DEFERRED) is not None
+    return bool(redelivered) or header(request, HEADER_CLAIM_RETRY) is not None
 
 
 def back_to_the_head(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 from celery.exceptions import Retry as CeleryRetry
@@ -51,7 +53,13 @@ class Retry(Policy):
         requeue(ctx, base + random.uniform(0, task.lock_retry_jitter))
 
 
-def requeue(ctx: Context, countdown: float, deferred: bool = False) -> NoReturn:
+#: no extra headers for a requeued copy
+NO_MARKS: Mapping[str, Any] = MappingProxyType({})
+
+
+def requeue(
+    ctx: Context, countdown: float, deferred: bool = False, marks: Mapping[str, Any] = NO_MARKS
+) -> NoReturn:
     """Run phase: publish the task again (same id, same arguments) after
     ``countdown`` and raise Celery's ``Retry`` (state ``RETRY``), or raise
     :class:`LockContended` when a counted requeue would exceed ``lock_retry_max``.
@@ -61,12 +69,14 @@ def requeue(ctx: Context, countdown: float, deferred: bool = False) -> NoReturn:
     ``lock_retry_max``, marked (``HEADER_DEFERRED``) so that, back again, it
     can tell whether that delivery ran to its end, and ended with
     :class:`~celery_redislock.parking.StillPending` instead of ``Retry``: it
-    stores no state, since the task's state is that delivery's.
+    stores no state, since the task's state is that delivery's.  ``marks``:
+    more headers for the copy.
     """
     task, request = ctx.task, ctx.request
     headers = dict(request.headers or {})
     headers.pop("redelivered", None)
     done = int(headers.get(HEADER_REQUEUES) or 0)
+    headers.update(marks)
     if deferred:
         headers[HEADER_DEFERRED] = 1
     else:

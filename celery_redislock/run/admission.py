@@ -143,27 +143,49 @@ def _claim_again_later(ctx: Context, exc: BaseException) -> None:
     """A promoted copy (``park``) whose claim failed on a Redis error: its
     reservation is still in Redis (the claim did not run), or the claim ran
     and its reply was lost.  Rather than end ``FAILURE``, which the task's
-    later run would contradict, the copy is published again (uncounted, no
-    state stored, as a copy that makes way): back, it claims the reservation
-    if it is still there, is dropped as stale if the park published the
-    task again meanwhile, or, its own claim having gone through, waits for
-    that lease to lapse and is admitted as the task.  If that publish fails
-    too (the broker is that Redis), the Redis error ends the run
-    (``FAILURE``), as before."""
-    log.warning(
-        "%s[%s]: its claim of a park reservation failed; the message is published "
-        "again to claim it once Redis answers",
+    later run would contradict, the copy is published again with its token
+    (uncounted, no state stored; header ``redislock_claim_retry``): back, it
+    claims the reservation if it is still there, is dropped as stale if the
+    park published the task again meanwhile, or, its own claim having gone
+    through, is admitted as the task (the lease that claim left lapses by
+    its ttl).  At most :data:`CLAIM_RETRIES` times, about one a second while
+    Redis does not answer; after them, or when that publish fails too (the
+    broker is that Redis), the run ends with no state stored: the park
+    publishes the task again after its deadline (if that claim never ran)."""
+    tries = int(options.header(ctx.request, options.HEADER_CLAIM_RETRY) or 0) + 1
+    if tries <= CLAIM_RETRIES:
+        log.warning(
+            "%s[%s]: its claim of a park reservation failed; the message is published "
+            "again to claim it once Redis answers (try %d of %d)",
+            ctx.task.name,
+            ctx.task_id,
+            tries,
+            CLAIM_RETRIES,
+        )
+        try:
+            marks = {options.HEADER_CLAIM_RETRY: tries}
+            requeue(ctx, max(ctx.task.lock_retry_countdown, 1.0), deferred=True, marks=marks)
+        except StillPending:
+            raise
+        except Exception as publish_error:
+            log.error(
+                "%s[%s]: could not publish it again (%r)",
+                ctx.task.name,
+                ctx.task_id,
+                publish_error,
+            )
+    log.error(
+        "%s[%s]: its claim is left to the park, which publishes the task again after "
+        "redislock_park_deadline if that claim never reached Redis",
         ctx.task.name,
         ctx.task_id,
     )
-    try:
-        requeue(ctx, max(ctx.task.lock_retry_countdown, 1.0), deferred=True)
-    except StillPending:
-        raise
-    except Exception as publish_error:
-        log.error(
-            "%s[%s]: could not publish it again (%r)", ctx.task.name, ctx.task_id, publish_error
-        )
+    raise StillPending() from exc
+
+
+#: how often a promoted copy whose claim failed on a Redis error is published
+#: again to claim its reservation
+CLAIM_RETRIES = 120
 
 
 def _take_listed(ctx: Context, needs: list[Need], on_lost: Any) -> bool:
@@ -262,6 +284,8 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
     raises ``Ignore``; otherwise it returns.
     """
     task, request = ctx.task, ctx.request
+    if options.header(request, options.HEADER_CLAIM_RETRY) is not None:
+        return  # its claim decides (run/admission.py _claim_again_later)
     redelivered = (request.delivery_info or {}).get("redelivered")
     rerun = (  # a copy that made way carries a requeue count too (requeue())
         request.retries

@@ -1180,9 +1180,10 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
     """The lock Redis stops answering (SIGSTOP) while promoted messages wait,
     fetched, in a worker: their claims fail closed (an ERROR line, the body
     does not run), but their reservations are still in Redis, so the calls
-    do not end ``FAILURE``: each copy is published again with a warning (it
-    stores no state), and once Redis answers one claims its reservation and
-    each call runs once (``SUCCESS``, never a ``FAILURE`` before it)."""
+    do not end ``FAILURE``: each copy is published again with its token and
+    a warning (it stores no state), again while Redis still does not answer,
+    and once it answers a copy claims its reservation and each call runs
+    once (``SUCCESS``, never a ``FAILURE`` before it)."""
     with RedisServer() as locks:
         config = sweeping_config(redis_url, lock_redis=locks.url, prefetch="2")
         app = create_app(config)
@@ -1195,12 +1196,13 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
                     open_gate(app, b)
                 wait_for(
                     lambda: all(
-                        f"basic.parked[{r.id}]: its claim of a park reservation failed"
-                        in worker.log_tail(2000)
+                        f"basic.parked[{r.id}]: its claim of a park reservation failed; "
+                        "the message is published again to claim it once Redis answers "
+                        "(try 2 of" in worker.log_tail(2000)
                         for r in published
                     ),
                     120,
-                    message="both claims failed closed",
+                    message="both claims failed closed, and their copies' claims again",
                 )
                 assert [r.state for r in published] == ["PENDING"] * LIMIT  # reserved at the call
                 assert events(app, key) == []
