@@ -84,9 +84,13 @@ def claim_or_arrive(
         except (RedisError, RedisClusterException) as exc:
             setattr(exc, CLAIM_FAILED, True)  # a marker for run/admission.py
             raise
+        headers = request.headers or {}
+        retrying = HEADER_CLAIM_RETRY in headers
+        if retrying:  # settled: a retry or a later promotion of this task is not one
+            request.headers = {k: v for k, v in headers.items() if k != HEADER_CLAIM_RETRY}
         if admission.verdict is Verdict.DROP and (
             admission.reason == "unknown"
-            or (admission.reason == "claimed" and _after_a_claim(request))
+            or (admission.reason == "claimed" and _after_a_claim(request, retrying))
         ):
             # Unknown: the lock Redis lost its data.  Claimed: the delivery that
             # claimed it died before its ack and the broker gave the message
@@ -149,18 +153,20 @@ def _drop_revoked(
 CLAIM_FAILED = "_redislock_claim_failed"
 
 
-def _after_a_claim(request: Any) -> bool:
+def _after_a_claim(request: Any, retrying: bool) -> bool:
     """Whether a copy whose token was claimed is the task all the same: one
     the broker gave back (marked redelivered: the delivery that claimed it
     died), or one published again after its own claim failed on a Redis
-    error (``redislock_claim_retry``: that claim may have gone through with
-    its reply lost), unless it went to its claim finding the reservation
-    still unclaimed (``redislock_claim_first``): then a twin copy claimed it
-    meanwhile and runs it, and this one is a duplicate."""
+    error (``retrying``: header ``redislock_claim_retry``; that claim may
+    have gone through with its reply lost), unless it went to its claim
+    finding the reservation still unclaimed (``redislock_claim_first``):
+    then a twin copy claimed it meanwhile and runs it, and this one is a
+    duplicate.  (A copy of its id still running is met before the claim:
+    run/admission.py ``defer_to_earlier_delivery``.)"""
     if getattr(request, "redislock_claim_first", False):
         return False
     redelivered = (getattr(request, "delivery_info", None) or {}).get("redelivered")
-    return bool(redelivered) or header(request, HEADER_CLAIM_RETRY) is not None
+    return bool(redelivered) or retrying
 
 
 def back_to_the_head(

@@ -100,7 +100,12 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
         )
         request.redislock_policy = policy
         request.redislock_listed = []
-        defer_to_earlier_delivery(ctx)
+        try:
+            defer_to_earlier_delivery(ctx)
+        except (RedisError, RedisClusterException) as exc:
+            if options.header(request, options.HEADER_PARK_TOKEN) is not None:
+                setattr(exc, CLAIM_FAILED, True)  # a promoted copy: as its claim's
+            raise
         started = time.monotonic()
         acquired = policy.acquire(ctx)
         if acquired and needs:
@@ -139,7 +144,12 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     policy.contended(ctx)
 
 
-def _claim_again_later(ctx: Context, exc: BaseException) -> None:
+#: how often a promoted copy whose claim failed on a Redis error is published
+#: again to claim its reservation
+CLAIM_RETRIES = 120
+
+
+def _claim_again_later(ctx: Context, exc: BaseException) -> NoReturn:
     """A promoted copy (``park``) whose claim failed on a Redis error: its
     reservation is still in Redis (the claim did not run), or the claim ran
     and its reply was lost.  Rather than end ``FAILURE``, which the task's
@@ -181,11 +191,6 @@ def _claim_again_later(ctx: Context, exc: BaseException) -> None:
         ctx.task_id,
     )
     raise StillPending() from exc
-
-
-#: how often a promoted copy whose claim failed on a Redis error is published
-#: again to claim its reservation
-CLAIM_RETRIES = 120
 
 
 def _take_listed(ctx: Context, needs: list[Need], on_lost: Any) -> bool:
@@ -264,7 +269,9 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
 
     A promoted copy whose reservation no copy claimed yet (a message a
     stopped worker had fetched, given back by the broker marked
-    redelivered) is the task's first run: it goes on to its claim.
+    redelivered) is the task's first run: it goes on to its claim.  A Redis
+    error here, for a promoted copy, is handled as its claim's would be
+    (:func:`_claim_again_later`).
 
     Any other copy (marked redelivered, or one that made way before) that
     finds no earlier delivery left asks the result backend whether one ended
@@ -284,8 +291,6 @@ def defer_to_earlier_delivery(ctx: Context, contended: bool = False) -> None:
     raises ``Ignore``; otherwise it returns.
     """
     task, request = ctx.task, ctx.request
-    if options.header(request, options.HEADER_CLAIM_RETRY) is not None:
-        return  # its claim decides (run/admission.py _claim_again_later)
     redelivered = (request.delivery_info or {}).get("redelivered")
     rerun = (  # a copy that made way carries a requeue count too (requeue())
         request.retries
