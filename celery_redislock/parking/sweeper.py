@@ -79,7 +79,8 @@ class Sweeper:
     def _run(self) -> None:
         wait = self.interval
         failing_since: float | None = None  # the first sweep of a run of failures
-        logged_at, logged = 0.0, ""
+        logged_at = 0.0
+        logged: type[BaseException] | None = None  # the kind of error last logged
         try:
             while not self._stop.is_set():
                 self._sleep(wait)
@@ -88,12 +89,13 @@ class Sweeper:
                 try:
                     published, next_in = self._sweep()
                 except Exception as exc:
-                    # One line per ERROR_EVERY while it keeps failing (Redis down
-                    # for minutes would otherwise log every interval).
-                    now, what = time.monotonic(), repr(exc)
-                    if failing_since is None or now - logged_at >= ERROR_EVERY or what != logged:
-                        log.error("park sweeper: %s (retrying every interval)", what)
-                        logged_at, logged = now, what
+                    # One line per ERROR_EVERY while it keeps failing the same
+                    # way (Redis down for minutes would otherwise log every
+                    # interval); another kind of error is logged at once.
+                    now, kind = time.monotonic(), type(exc)
+                    if failing_since is None or now - logged_at >= ERROR_EVERY or kind != logged:
+                        log.error("park sweeper: %r (retrying every interval)", exc)
+                        logged_at, logged = now, kind
                     failing_since = failing_since if failing_since is not None else now
                     wait = self.interval
                     continue
