@@ -19,7 +19,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -52,7 +52,7 @@ class _Call:
     #: the Redis error of the decision, raised by the caller once Celery's
     #: publish returned (inside it, a Redis broker's transport would report
     #: it as its own ``OperationalError``, a broker error)
-    failed: list[BaseException] = field(default_factory=list)
+    failed: BaseException | None = None
 
 
 NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
@@ -106,8 +106,8 @@ def _send(call: _Call, send: Callable[[], Any]) -> Any:
         result = send()
     finally:
         _CALL.reset(reset)
-    if call.failed:
-        raise call.failed[0]
+    if call.failed is not None:
+        raise call.failed
     return result
 
 
@@ -130,7 +130,7 @@ def _install_sender(app: Any) -> None:
             try:
                 token = _enqueue(call, envelope_of_publish(app, message, options))
             except (RedisError, RedisClusterException) as exc:
-                call.failed.append(exc)
+                call.failed = exc
                 return None
             if token is None:
                 return None

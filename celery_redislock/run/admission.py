@@ -158,7 +158,8 @@ def _claim_again_later(ctx: Context, exc: BaseException) -> NoReturn:
     claims the reservation if it is still there, is dropped as stale if the
     park published the task again meanwhile, or, its own claim having gone
     through, is admitted as the task (the lease that claim left lapses by
-    its ttl).  At most :data:`CLAIM_RETRIES` times, about one a second while
+    its ttl).  At most :data:`CLAIM_RETRIES` times, every
+    ``max(lock_retry_countdown, 1)`` seconds plus the socket timeout while
     Redis does not answer; after them, or when that publish fails too (the
     broker is that Redis), the run ends with no state stored: the park
     publishes the task again after its deadline (if that claim never ran)."""
