@@ -271,3 +271,35 @@ def test_the_architecture_page_names_every_module_and_only_real_ones() -> None:
         if not ((package / n).exists() or (ROOT / n).exists() or ("/" not in n and n in everywhere))
     )
     assert ghosts == [], "modules docs/architecture.md names that do not exist"
+
+
+def test_the_drawing_lists_each_package_s_modules_exactly() -> None:
+    """The drawing at the top of docs/architecture.md names, on each
+    package's row, every module of that package and nothing else (words in
+    parentheses say who runs the phase; ``web/`` is a sub-package)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    drawing = doc.split("```")[1]
+    rows: dict[str, set[str]] = {}
+    current = ""
+    for line in drawing.splitlines():
+        text = re.sub(r"\([^)]*\)", " ", line.strip(" │"))
+        head = re.match(r"(\w+)/\s", text)
+        if head:
+            current = head.group(1)
+            text = text[head.end() :]
+        elif not text.strip() or not line.startswith(" │   "):
+            current = ""
+        if current:
+            rows.setdefault(current, set()).update(text.split())
+    package = ROOT / "celery_redislock"
+    for name, words in rows.items():
+        if name in ("core", "testing"):
+            continue
+        tree = {
+            p.stem if p.is_file() else p.name + "/"
+            for p in (package / name).iterdir()
+            if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
+        }
+        drawn = sorted(words)
+        assert words == tree, f"{name}/: the drawing names {drawn}, the tree holds {sorted(tree)}"
+    assert set(rows) >= {"enqueue", "run", "policies", "parking", "worker", "admin"}, rows
