@@ -71,6 +71,18 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
         client_for(task.app)  # settings read once per process: a mistake ends here
     except (TypeError, ValueError) as exc:
         log.error("%s", settings_failed(task.name, request.id, name, exc))
+        if options.header(request, options.HEADER_PARK_TOKEN) is not None:
+            # A promoted copy: its reservation stays in Redis, and the park
+            # publishes the task again after its deadline (a worker whose
+            # settings work runs it then), so a FAILURE now would be followed
+            # by the task's run.
+            log.error(
+                "%s[%s]: no state stored; the park publishes it again after "
+                "redislock_park_deadline",
+                task.name,
+                request.id,
+            )
+            raise StillPending() from exc
         raise
     except (RedisError, RedisClusterException) as exc:  # a Cluster client connects when built
         log.error("%s", fail_closed(task.app, task.name, request.id, name, exc))

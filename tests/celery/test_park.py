@@ -1213,6 +1213,33 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
     assert sorted(e["id"] for e in events(app, key, "start")) == sorted(r.id for r in published)
 
 
+def test_a_promoted_call_a_misconfigured_worker_took_runs_on_a_good_one_without_a_failure(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A worker with a setting it cannot use (``redislock_default_ttl='30'``,
+    as in a deploy gone wrong) takes a promoted call: it does not run it and
+    stores no ``FAILURE`` (the reservation is still in Redis, so the park
+    publishes the call again after its deadline); a worker whose settings
+    work then runs it once, and the call never showed a final state before."""
+    config = sweeping_config(redis_url)
+    app = create_app(config)
+    with worker_factory(tmp_path_factory.mktemp("park-bad-settings")) as start:
+        bad = start({**config, "ttl_setting": "30"}, pool="prefork", concurrency=1)
+        result = app.tasks["basic.parked"].delay(key, 1, 0.1)  # reserved at the call
+        wait_for(
+            lambda: f"basic.parked[{result.id}]: no state stored" in bad.log_tail(4000),
+            60,
+            message="the misconfigured worker dropped the copy",
+        )
+        assert f"basic.parked[{result.id}] not run, lock" in bad.log_tail(4000)
+        assert result.state == "PENDING"
+        bad.kill()
+        start(config, pool="prefork", concurrency=1)
+        result.get(timeout=120)
+        assert result.state == "SUCCESS"
+    assert [e["id"] for e in events(app, key, "start")] == [result.id]
+
+
 def test_the_sweeper_logs_a_lock_redis_outage_once_and_its_end(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

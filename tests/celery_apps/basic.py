@@ -113,7 +113,8 @@ def create_app(config: dict[str, str]) -> Celery:
         result_backend=config.get("backend") or redis_url,
         redislock_url=config.get("lock_redis", redis_url),
         redislock_prefix=prefix,
-        redislock_default_ttl=float(config.get("ttl", 30)),
+        # config "ttl_setting": the setting as given (a worker with a bad setting)
+        redislock_default_ttl=config.get("ttl_setting") or float(config.get("ttl", 30)),
         task_default_queue=f"q-{prefix}",
         # config "topic": a queue bound to a topic exchange, for per-call routing
         task_queues=topic_queues(prefix) if config.get("topic") == "1" else None,
