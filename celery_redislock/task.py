@@ -45,6 +45,7 @@ leases back).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -238,6 +239,21 @@ class GuardedTask(Task):  # type: ignore[misc]
 
         return publish.publish_call(self, args, kwargs, task_id, call, send)
 
+    # Celery's DjangoTask (Celery >= 5.4, the app's task class in a Django
+    # project) has these; a task declared with base=LockedTask is built on
+    # this class instead, and a call site written for DjangoTask must keep
+    # working when the task becomes guarded.
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``delay(*args, **kwargs)`` once the current Django transaction
+        commits (at once outside a transaction; never if it rolls back), as
+        Celery's ``DjangoTask.delay_on_commit``.  Needs Django."""
+        _django_transaction().on_commit(lambda: self.delay(*args, **kwargs))
+
+    def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``apply_async(*args, **kwargs)`` once the current Django transaction
+        commits, as Celery's ``DjangoTask.apply_async_on_commit``."""
+        _django_transaction().on_commit(lambda: self.apply_async(*args, **kwargs))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
         if request.called_directly:
@@ -423,3 +439,8 @@ class RateLimitedTask(GuardedTask):
 
 
 _LIBRARY_CLASSES: tuple[type, ...] = (LockedTask, SemaphoreTask, RateLimitedTask)
+
+
+def _django_transaction() -> Any:
+    """``django.db.transaction``, imported when a Django project asks for it."""
+    return importlib.import_module("django.db.transaction")

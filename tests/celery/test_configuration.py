@@ -655,3 +655,67 @@ def test_revoking_a_queued_deduplicated_task_by_name_gives_its_marker_back(
     assert revoke(app, task_id, "rv:1") == ""  # not in the park
     assert not client.exists(marker_key(prefix, "rv:1", refresh.name))
     assert app.AsyncResult(task_id).state == "REVOKED"
+
+
+DJANGO_ON_COMMIT = """
+import django
+
+django.setup()
+
+import redis
+from django.conf import settings
+from django.db import transaction
+
+from djproj.tasks import report, slots
+
+broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+
+def queued():
+    return broker.llen(settings.CELERY_TASK_DEFAULT_QUEUE)
+
+
+with transaction.atomic():
+    report.delay_on_commit(1)
+    slots.apply_async_on_commit((2,))
+    inside = queued()
+after_commit = queued()
+try:
+    with transaction.atomic():
+        report.delay_on_commit(3)
+        raise RuntimeError("rolled back")
+except RuntimeError:
+    pass
+print(inside, after_commit, queued())
+"""
+
+
+def test_a_guarded_task_publishes_on_commit_as_celery_s_django_task_does(
+    tmp_path: Path, redis_url: str, prefix: str
+) -> None:
+    """``delay_on_commit`` and ``apply_async_on_commit`` (Celery's
+    ``DjangoTask``, the app's task class in a Django project since Celery
+    5.4) work on a task declared with ``base=LockedTask`` or
+    ``SemaphoreTask``: nothing is published inside the transaction, each
+    call once it commits, nothing when it rolls back."""
+    pytest.importorskip("django", reason="pip install django (in the [test] extra)")
+    package = tmp_path / "djproj"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .celery import app\n")
+    settings = 'SECRET_KEY = "not-a-secret"\nINSTALLED_APPS = []\nUSE_TZ = True\n'
+    settings += "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', "
+    settings += f"'NAME': {str(tmp_path / 'db.sqlite3')!r}}}}}\n"
+    settings += DJANGO_SETTINGS["CELERY"].format(
+        broker=redis_url, queue=prefix, locks=redis_url, prefix=prefix
+    )
+    (package / "settings.py").write_text(settings)
+    (package / "celery.py").write_text(DJANGO_CELERY.format(namespace="CELERY"))
+    tasks = DJANGO_TASKS.replace("import LockedTask", "import LockedTask, SemaphoreTask")
+    tasks += (
+        '\n\n@shared_task(base=SemaphoreTask, semaphore_key="slots:{n}", semaphore_limit=2)\n'
+        "def slots(n):\n    return n\n"
+    )
+    (package / "tasks.py").write_text(tasks)
+    env = user_env(tmp_path, DJANGO_SETTINGS_MODULE="djproj.settings")
+    out = run(tmp_path, env, sys.executable, "-c", DJANGO_ON_COMMIT)
+    assert out.split() == ["0", "2", "2"], out
