@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -334,12 +335,41 @@ def _write(
     rpc = isinstance(app.backend, RPCBackend)
     if rpc and getattr(getattr(current_task, "request", None), "id", None) != task_id:
         return
+    for last_try in (False, True):
+        try:
+            write(*args, **kwargs)
+        except (NotImplementedError, AttributeError):
+            return  # no result backend configured
+        except Exception as exc:  # see the docstring
+            if last_try or not _closed_broken_django_connections():
+                log.warning("%s of %s not written to the result backend: %r", state, task_id, exc)
+                return
+        else:
+            return
+
+
+def _closed_broken_django_connections() -> bool:
+    """Close this thread's Django database connections that failed (the next
+    query opens a new one); False when there is nothing to try again with.
+
+    Django's connections are per thread, and only its request cycle and
+    Celery's task hooks (``close_old_connections``) replace a broken one:
+    with the ``django-db`` result backend, a thread of the worker's main
+    process (the park sweeper, a dead child's release) kept a connection the
+    database had dropped (a restart, a failover, an idle timeout), and every
+    later state it wrote was lost.  Never inside a transaction (an
+    ``atomic`` block of the caller's): closing there would doom it."""
+    db = sys.modules.get("django.db")
+    if db is None:
+        return False
     try:
-        write(*args, **kwargs)
-    except (NotImplementedError, AttributeError):
-        pass  # no result backend configured
-    except Exception as exc:  # see the docstring
-        log.warning("%s of %s not written to the result backend: %r", state, task_id, exc)
+        connections = db.connections.all()
+        if any(connection.in_atomic_block for connection in connections):
+            return False
+        db.close_old_connections()
+    except Exception:  # Django not configured, or no database
+        return False
+    return True
 
 
 def _fields(meta: dict[str, Any]) -> dict[str, Any]:
