@@ -1213,6 +1213,25 @@ def test_a_promoted_call_whose_claim_fails_closed_runs_once_redis_answers_again(
     assert sorted(e["id"] for e in events(app, key, "start")) == sorted(r.id for r in published)
 
 
+def test_with_result_extended_a_parked_call_s_state_names_its_task(
+    config: dict[str, str], worker: Any, key: str
+) -> None:
+    """``result_extended``: the ``PARKED`` a caller writes for a call parked at
+    the call stores the task's name, as Celery's own states do (it stored
+    none, and a database backend showed nameless rows)."""
+    app = create_app(config)
+    app.conf.result_extended = True
+    task = app.tasks["basic.parked"]
+    blockers = [task.delay(key, n, 120, True) for n in range(LIMIT)]
+    wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="the key full")
+    parked = task.delay(key, 9, 0.1)
+    assert parked.state == park.PARKED
+    assert parked.name == "basic.parked"
+    open_gate(app, key)
+    for r in [*blockers, parked]:
+        r.get(timeout=120)
+
+
 def test_a_promoted_call_a_misconfigured_worker_took_runs_on_a_good_one_without_a_failure(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
