@@ -197,7 +197,8 @@ def envelope_of_request(
     Body (args, kwargs, callbacks/errbacks/chain/chord), Celery's protocol
     headers and the custom headers, delivery properties, exchange and routing
     key as delivered.  The queue is the routing key when a queue of that name
-    is known to the app.
+    is known to the app and the message was delivered to it (through the
+    anonymous exchange, or its own exchange and routing key).
     """
     headers = {k: getattr(request, k, None) for k in _PROTOCOL_HEADERS}
     headers["lang"] = headers["lang"] or "py"
@@ -219,7 +220,15 @@ def envelope_of_request(
     props = dict(request.properties or {})
     props["priority"] = delivery.get("priority", props.get("priority"))
     routing_key = delivery.get("routing_key") or ""
-    queue = routing_key if routing_key in task.app.amqp.queues else None
+    exchange = delivery.get("exchange") or ""
+    # The queue by the name of its routing key only when that is where the
+    # message went: a topic exchange's key may name another queue as well.
+    known = task.app.amqp.queues.get(routing_key) if routing_key else None
+    direct = known is not None and (
+        not exchange
+        or (getattr(known.exchange, "name", None) == exchange and known.routing_key == routing_key)
+    )
+    queue = routing_key if direct else None
     return {
         "task": task.name,
         "headers": headers,
@@ -228,7 +237,7 @@ def envelope_of_request(
         "content_encoding": content_encoding,
         "compression": headers.get("compression"),
         "properties": _publish_properties(props, props.get("delivery_mode")),
-        "exchange": delivery.get("exchange") or "",
+        "exchange": exchange,
         "routing_key": routing_key,
         "queue": queue,
         "declare": queue,

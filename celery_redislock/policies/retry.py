@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
@@ -89,10 +90,14 @@ def requeue(
     headers[HEADER_REQUEUES] = done
     requeued = int(header(request, HEADER_RETRIES_FROM_REQUEUES) or 0) + 1
     headers[HEADER_RETRIES_FROM_REQUEUES] = requeued
+    queue = consumed_queue(task.app, request.delivery_info)
+    if 0 < countdown < 1 and native_delayed_delivery(task.app):
+        countdown = 1.0  # Celery routes it by int(countdown): 0 is refused
     signature = task.signature_from_request(
         request,
         ctx.args,
         ctx.kwargs,
+        queue=queue,
         countdown=countdown,
         retries=int(request.retries or 0) + requeued,
         headers=headers,
@@ -110,6 +115,54 @@ def requeue(
         # a copy: the task's state is its earlier delivery's, which still runs
         raise StillPending()
     raise CeleryRetry(f"{ctx.refusal}; requeued", when=countdown)
+
+
+#: the routing key of a message RabbitMQ's delayed exchanges delivered: the
+#: bits of its delay (kombu.transport.native_delayed_delivery, 28 of them),
+#: then the key it was sent with
+_DELAY_BITS = re.compile(r"^(?:[01]\.){28}")
+
+
+def consumed_queue(app: Any, delivery_info: Mapping[str, Any] | None) -> str | None:
+    """The app's queue a message was delivered to, when its exchange and
+    routing key name one exactly, else None.
+
+    A requeue names it, where Celery's own retry passes only the exchange and
+    routing key: with quorum queues and a countdown, Celery's native delayed
+    delivery (Celery >= 5.5) routes a message by its queue, the default one
+    when none is named, so a requeue of a task routed elsewhere went to the
+    default queue (a worker consuming only its own queue never saw it).  A
+    message the delayed exchanges delivered names its queue by its routing
+    key alone (its exchange is theirs)."""
+    info = delivery_info or {}
+    exchange, routing_key = info.get("exchange") or "", str(info.get("routing_key") or "")
+    delayed = _DELAY_BITS.match(routing_key)
+    if delayed:  # came through the delayed exchanges: the key after the bits
+        exchange, routing_key = "", routing_key[delayed.end() :]
+        known = [q for q in app.amqp.queues.values() if q.routing_key == routing_key]
+        return str(known[0].name) if len(known) == 1 else None
+    if not routing_key:
+        return None
+    if not exchange:
+        return routing_key  # the anonymous exchange: the key is the queue
+    for queue in app.amqp.queues.values():
+        if queue.routing_key == routing_key and getattr(queue.exchange, "name", None) == exchange:
+            return str(queue.name)
+    return None
+
+
+def native_delayed_delivery(app: Any) -> bool:
+    """Whether Celery publishes countdowns through RabbitMQ's delayed
+    exchanges (quorum queues, Celery >= 5.5), which take whole seconds."""
+    try:
+        from celery.utils.quorum_queues import detect_quorum_queues
+    except ImportError:  # Celery < 5.5
+        return False
+    try:
+        with app.connection_for_write() as connection:
+            return bool(detect_quorum_queues(app, connection.transport.driver_type)[0])
+    except Exception:  # the publish itself will say what is wrong
+        return False
 
 
 def restore_retries(request: Any) -> None:

@@ -874,6 +874,75 @@ def routed_config(broker: str, redis_url: str, **extra: str) -> dict[str, str]:
     return {k: v for k, v in rabbitmq_config(redis_url, **extra).items() if k != "broker"}
 
 
+def delete_queues(app: Any, *names: str) -> None:
+    """Delete a test's RabbitMQ queues (quorum queues outlive their consumers)."""
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        for name in names:
+            channel.queue_delete(name)
+
+
+def test_requeues_return_to_their_quorum_queue_behind_a_topic_exchange(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Quorum queues on a topic exchange: Celery (>= 5.5) sends a countdown
+    through RabbitMQ's delayed exchanges by whole seconds, to the queue the
+    call names, else to the default queue. A rate's requeues (``retry``,
+    waits under a second) of calls sent to a queue a worker consumes alone
+    come back to that queue and run, once each (they ended ``FAILURE``,
+    "countdown must be a positive number", or stayed ``RETRY`` in the
+    default queue)."""
+    import celery
+
+    if tuple(int(p) for p in celery.__version__.split(".")[:2]) < (5, 5):
+        pytest.skip(f"quorum queues need Celery >= 5.5 (this is {celery.__version__})")
+    config = routed_config("rabbitmq", redis_url, quorum="1")
+    app = create_app(config)
+    special = f"special-{config['prefix']}"
+    try:
+        with worker_factory(tmp_path_factory.mktemp("quorum-requeue")) as start:
+            start(config, pool="prefork", concurrency=2, extra_args=("-Q", special))
+            task = app.tasks["basic.rated_retry"]
+            results = [task.apply_async((key, n), queue=special) for n in range(4)]
+            for r in results:
+                r.get(timeout=120)
+    finally:
+        delete_queues(app, special, f"q-{config['prefix']}")
+    events = app.recorder.events("rated_retry", key)
+    started = [e["id"] for e in events if e["what"] == "start"]
+    assert sorted(started) == sorted(r.id for r in results)
+
+
+def test_a_call_parked_on_arrival_goes_back_through_the_exchange_it_came_by(
+    redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A topic exchange whose routing key is also the name of another queue
+    (``orders-<prefix>.eu``): calls sent through the exchange, parked when
+    their message arrived (a countdown), are published again through that
+    exchange, to the queue bound to it, not to the queue named like the key
+    (no worker consumes it: they never ran)."""
+    config = routed_config("rabbitmq", redis_url, collide="1", park_deadline="30")
+    app = create_app(config)
+    prefix = config["prefix"]
+    route = {"exchange": f"orders-{prefix}", "routing_key": f"orders-{prefix}.eu"}
+    task = app.tasks["basic.parked"]
+    try:
+        with worker_factory(tmp_path_factory.mktemp("park-collide")) as start:
+            start(config, pool="prefork", concurrency=4, extra_args=("-Q", f"work-{prefix}"))
+            held = [task.apply_async((key, n, 120, True), **route) for n in range(LIMIT)]
+            wait_for(lambda: len(events(app, key, "start")) == LIMIT, 60, message="the key full")
+            later = [task.apply_async((key, n, 0.1), countdown=1, **route) for n in (8, 9)]
+            wait_for(
+                lambda: all(r.state == park.PARKED for r in later), 60, message="parked on arrival"
+            )
+            open_gate(app, key)
+            for r in [*held, *later]:
+                r.get(timeout=120)
+    finally:
+        delete_queues(app, f"work-{prefix}", f"orders-{prefix}.eu", f"q-{prefix}")
+    assert_all_ran_once(app, key, [r.id for r in [*held, *later]])
+
+
 def test_promotion_resends_where_per_call_routing_sent_the_task(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

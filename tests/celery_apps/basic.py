@@ -102,6 +102,31 @@ def topic_queues(prefix: str) -> list[Queue]:
     ]
 
 
+def quorum_queues(prefix: str) -> list[Queue]:
+    """Quorum queues on a topic exchange (Celery >= 5.5 then sends a countdown
+    through RabbitMQ's delayed exchanges, routed by the queue the call names,
+    else the default one): the default queue, and one a worker may consume
+    alone."""
+    topic = Exchange(f"qtopic-{prefix}", type="topic")
+    quorum = {"x-queue-type": "quorum"}
+    return [
+        Queue(f"q-{prefix}", topic, routing_key=f"q-{prefix}", queue_arguments=quorum),
+        Queue(f"special-{prefix}", topic, routing_key=f"special-{prefix}", queue_arguments=quorum),
+    ]
+
+
+def colliding_queues(prefix: str) -> list[Queue]:
+    """The default queue; ``work-<prefix>`` bound to a topic exchange by
+    ``orders-<prefix>.#``; and a queue named like one of that exchange's
+    routing keys, ``orders-<prefix>.eu`` (through the default exchange)."""
+    topic = Exchange(f"orders-{prefix}", type="topic")
+    return [
+        Queue(f"q-{prefix}", routing_key=f"q-{prefix}"),
+        Queue(f"work-{prefix}", topic, routing_key=f"orders-{prefix}.#"),
+        Queue(f"orders-{prefix}.eu", routing_key=f"orders-{prefix}.eu"),
+    ]
+
+
 def create_app(config: dict[str, str]) -> Celery:
     if config.get("pickle") == "1":  # Celery refuses pickle under root without it
         os.environ.setdefault("C_FORCE_ROOT", "1")
@@ -117,7 +142,15 @@ def create_app(config: dict[str, str]) -> Celery:
         redislock_default_ttl=config.get("ttl_setting") or float(config.get("ttl", 30)),
         task_default_queue=f"q-{prefix}",
         # config "topic": a queue bound to a topic exchange, for per-call routing
-        task_queues=topic_queues(prefix) if config.get("topic") == "1" else None,
+        task_queues=(
+            topic_queues(prefix)
+            if config.get("topic") == "1"
+            else quorum_queues(prefix)
+            if config.get("quorum") == "1"
+            else colliding_queues(prefix)
+            if config.get("collide") == "1"
+            else None
+        ),
         worker_prefetch_multiplier=int(config.get("prefetch", 1)),
         task_acks_late=config.get("acks_late") == "1",
         task_reject_on_worker_lost=config.get("acks_late") == "1",
