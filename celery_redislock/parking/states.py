@@ -263,23 +263,17 @@ def store_state(
     with _guarded(app, lock, task_id, needs, guard) as holds:
         if not holds:
             return False
-        request = _request_of(task_id, task_name)
+        # What a backend with result_extended stores beside the state (task
+        # name, args, worker): the running request when the state is its own
+        # task's (parked at arrival, its retry), else the task's name alone (a
+        # call not running).  Without it such a write stored no name, and over
+        # a running task's row it erased what its STARTED had stored.
+        request = getattr(current_task, "request", None)
+        if request is None or getattr(request, "id", None) != task_id:
+            request = SimpleNamespace(task=task_name or None)
         _write(app, task_id, state, app.backend.store_result, task_id, meta, state, request=request)
         events.send(app, f"task-{state.lower()}", task_id, name=task_name, **_fields(meta))
         return True
-
-
-def _request_of(task_id: str, task_name: str) -> Any:
-    """What a backend with ``result_extended`` stores beside a state (task
-    name, args, worker): the running request when the state is its own task's
-    (parked at arrival, its retry), else the task's name alone (a call that
-    is not running: parked at the call, promoted, superseded).  Without it
-    such a write stored no name, and over a running task's row it erased the
-    name, args and worker its ``STARTED`` had stored."""
-    request = getattr(current_task, "request", None)
-    if request is not None and getattr(request, "id", None) == task_id:
-        return request
-    return SimpleNamespace(task=task_name or None)
 
 
 def mark_revoked(
