@@ -61,6 +61,15 @@ def served_by(app: Any, task_id: str) -> str:
     raise AssertionError(f"a cycle of superseded_by from {task_id}")
 
 
+def called(send: Any, *args: Any) -> tuple[str, float]:
+    """``send(*args)``: its task id, and the time just before it (every
+    decision the call meets, in Redis time, comes later: a bound such as "no
+    start before the call + 1.5 s" holds against it, not against the time
+    the call returned)."""
+    at = time.time()
+    return send(*args).id, at
+
+
 def check_every_call_served(
     app: Any, key: str, calls: list[tuple[str, float]], task: str = "keep_latest"
 ) -> None:
@@ -80,7 +89,7 @@ def test_a_stampede_runs_the_first_call_and_the_newest(
     task = app.tasks["basic.keep_latest"]
     calls: list[tuple[str, float]] = []
     for n in range(100):
-        calls.append((task.delay(key, n, 60, True).id, time.time()))
+        calls.append(called(task.delay, key, n, 60, True))
         if n == 0:
             wait_for(lambda: runs(app, key), 60, message="the first run")
     assert app.AsyncResult(calls[-1][0]).state == PARKED
@@ -137,7 +146,7 @@ def test_calls_without_apply_async_are_replaced_at_arrival(
     wait_for(lambda: runs(app, key), 60, message="the first run")
     calls = [(first.id, 0.0)]
     for n in range(1, 11):  # as beat sends: no apply_async, decided where it arrives
-        calls.append((app.send_task("basic.keep_latest", (key, n, 0.2)).id, time.time()))
+        calls.append(called(app.send_task, "basic.keep_latest", (key, n, 0.2)))
 
     def settled() -> bool:
         states = [app.AsyncResult(i).state for i, _ in calls[1:]]
@@ -218,9 +227,9 @@ def test_debounced_calls_run_once_with_the_last_arguments_after_the_quiet_period
     calls: list[tuple[str, float]] = []
     for n in range(5):  # 0.1 s apart: within the 0.5 s quiet period of each other
         if n == 3:  # one of them as beat sends it: decided where it arrives
-            calls.append((app.send_task("basic.debounced", (key, n)).id, time.time()))
+            calls.append(called(app.send_task, "basic.debounced", (key, n)))
         else:
-            calls.append((app.tasks["basic.debounced"].delay(key, n).id, time.time()))
+            calls.append(called(app.tasks["basic.debounced"].delay, key, n))
         time.sleep(0.1)
     app.AsyncResult(calls[-1][0]).get(timeout=60)
     started = runs(app, key, "debounced")
@@ -238,7 +247,7 @@ def test_a_stream_of_debounced_calls_runs_every_max_wait(app: Any, worker: Any) 
     key = uuid.uuid4().hex[:8]
     calls: list[tuple[str, float]] = []
     for n in range(20):  # every 0.2 s for 4 s: the calls never stop for 0.5 s
-        calls.append((app.tasks["basic.debounced"].delay(key, n).id, time.time()))
+        calls.append(called(app.tasks["basic.debounced"].delay, key, n))
         time.sleep(0.2)
     app.AsyncResult(calls[-1][0]).get(timeout=60)
     started = runs(app, key, "debounced")
@@ -257,7 +266,7 @@ def test_a_throttle_runs_the_leading_call_and_the_newest_at_the_end_of_the_windo
     calls: list[tuple[str, float]] = []
     t0 = time.time()  # no start is scheduled before the first call
     for n in range(30):  # every 0.1 s for 3 s against a 1 s window
-        calls.append((app.tasks["basic.throttled"].delay(key, n).id, time.time()))
+        calls.append(called(app.tasks["basic.throttled"].delay, key, n))
         time.sleep(0.1)
     app.AsyncResult(calls[-1][0]).get(timeout=60)
     started = runs(app, key, "throttled")
