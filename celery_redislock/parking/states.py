@@ -350,35 +350,46 @@ def _write(
         except (NotImplementedError, AttributeError):
             return  # no result backend configured
         except Exception as exc:  # see the docstring
-            if last_try or not _closed_broken_django_connections():
+            if last_try or not _closed_broken_django_connections(exc):
                 log.warning("%s of %s not written to the result backend: %r", state, task_id, exc)
                 return
         else:
             return
 
 
-def _closed_broken_django_connections() -> bool:
-    """Close this thread's Django database connections that failed (the next
-    query opens a new one); False when there is nothing to try again with.
+def _closed_broken_django_connections(error: BaseException) -> bool:
+    """Whether ``error`` came from a Django database connection this thread
+    has now closed because it is broken (the next query opens a new one), so
+    the write may be made once more.
 
     Django's connections are per thread, and only its request cycle and
     Celery's task hooks (``close_old_connections``) replace a broken one:
     with the ``django-db`` result backend, a thread of the worker's main
     process (the park sweeper, a dead child's release) kept a connection the
     database had dropped (a restart, a failover, an idle timeout), and every
-    later state it wrote was lost.  Never inside a transaction (an
-    ``atomic`` block of the caller's): closing there would doom it."""
+    later state it wrote was lost.  Only a connection that failed and no
+    longer answers is closed, never one in a transaction (an ``atomic``
+    block, or autocommit turned off): closing it would lose the caller's
+    work.  Any other error is not retried (a write such as
+    ``mark_as_failure`` also tells chords and errbacks)."""
     db = sys.modules.get("django.db")
-    if db is None:
+    if db is None or not isinstance(error, db.Error):
         return False
+    closed = False
     try:
-        connections = db.connections.all()
-        if any(connection.in_atomic_block for connection in connections):
-            return False
-        db.close_old_connections()
+        for connection in db.connections.all():
+            if (
+                connection.connection is not None
+                and connection.errors_occurred
+                and not connection.in_atomic_block
+                and connection.get_autocommit()
+                and not connection.is_usable()
+            ):
+                connection.close()
+                closed = True
     except Exception:  # Django not configured, or no database
         return False
-    return True
+    return closed
 
 
 def _fields(meta: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 from collections.abc import Mapping
@@ -91,8 +92,10 @@ def requeue(
     requeued = int(header(request, HEADER_RETRIES_FROM_REQUEUES) or 0) + 1
     headers[HEADER_RETRIES_FROM_REQUEUES] = requeued
     queue = consumed_queue(task.app, request.delivery_info)
-    if 0 < countdown < 1 and native_delayed_delivery(task.app):
-        countdown = 1.0  # Celery routes it by int(countdown): 0 is refused
+    if countdown % 1 and native_delayed_delivery(task.app):
+        # Celery routes it by int(countdown) there: 0 is refused, and a
+        # rate's wait cut short comes back before its rate admits it
+        countdown = float(math.ceil(countdown))
     signature = task.signature_from_request(
         request,
         ctx.args,
@@ -125,7 +128,8 @@ _DELAY_BITS = re.compile(r"^(?:[01]\.){28}")
 
 def consumed_queue(app: Any, delivery_info: Mapping[str, Any] | None) -> str | None:
     """The app's queue a message was delivered to, when its exchange and
-    routing key name one exactly, else None.
+    routing key name one (among them, the one this worker consumes), else
+    None.
 
     A requeue names it, where Celery's own retry passes only the exchange and
     routing key: with quorum queues and a countdown, Celery's native delayed
@@ -138,17 +142,21 @@ def consumed_queue(app: Any, delivery_info: Mapping[str, Any] | None) -> str | N
     exchange, routing_key = info.get("exchange") or "", str(info.get("routing_key") or "")
     delayed = _DELAY_BITS.match(routing_key)
     if delayed:  # came through the delayed exchanges: the key after the bits
-        exchange, routing_key = "", routing_key[delayed.end() :]
-        known = [q for q in app.amqp.queues.values() if q.routing_key == routing_key]
-        return str(known[0].name) if len(known) == 1 else None
-    if not routing_key:
-        return None
-    if not exchange:
-        return routing_key  # the anonymous exchange: the key is the queue
-    for queue in app.amqp.queues.values():
-        if queue.routing_key == routing_key and getattr(queue.exchange, "name", None) == exchange:
-            return str(queue.name)
-    return None
+        routing_key = routing_key[delayed.end() :]
+    elif not exchange:
+        return routing_key or None  # the anonymous exchange: the key is the queue
+    queues = app.amqp.queues
+    known = [
+        q
+        for q in queues.values()
+        if q.routing_key == routing_key
+        and (delayed or getattr(q.exchange, "name", None) == exchange)
+    ]
+    consumed = [q for q in known if q.name in (queues.consume_from or {})]
+    # None unless one queue is meant: Celery's own route then (its exchange
+    # and routing key reach every queue bound by them)
+    one = consumed if len(consumed) == 1 else known
+    return str(one[0].name) if len(one) == 1 else None
 
 
 def native_delayed_delivery(app: Any) -> bool:

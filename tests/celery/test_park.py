@@ -882,6 +882,35 @@ def delete_queues(app: Any, *names: str) -> None:
             channel.queue_delete(name)
 
 
+def test_a_requeue_names_the_queue_its_message_was_delivered_to() -> None:
+    """The queue a requeue names (``policies/retry.py`` ``consumed_queue``):
+    the routing key of the anonymous exchange; the app's queue an exchange
+    and routing key name, the one this worker consumes when several do, else
+    none (Celery's route: the exchange reaches them all); through RabbitMQ's
+    delayed exchanges, the queue of the key after the delay's bits."""
+    from celery import Celery
+    from kombu import Exchange, Queue
+
+    from celery_redislock.policies.retry import consumed_queue
+
+    app = Celery("requeue-route", set_as_current=False)
+    tasks = Exchange("tasks")
+    app.conf.task_queues = [
+        Queue("a", tasks, routing_key="jobs"),
+        Queue("b", tasks, routing_key="jobs"),
+        Queue("c", tasks, routing_key="other"),
+    ]
+    delayed = "0." * 27 + "1."
+    assert consumed_queue(app, {"exchange": "", "routing_key": "x"}) == "x"
+    assert consumed_queue(app, {"exchange": "tasks", "routing_key": "other"}) == "c"
+    assert consumed_queue(app, {"exchange": "tasks", "routing_key": "jobs"}) is None
+    assert consumed_queue(app, {"exchange": "tasks", "routing_key": "special.x"}) is None
+    delivered = {"exchange": "celery_delayed_delivery", "routing_key": delayed + "other"}
+    assert consumed_queue(app, delivered) == "c"
+    app.amqp.queues.select(["b"])  # a worker started with -Q b
+    assert consumed_queue(app, {"exchange": "tasks", "routing_key": "jobs"}) == "b"
+
+
 def test_requeues_return_to_their_quorum_queue_behind_a_topic_exchange(
     redis_url: str, key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
