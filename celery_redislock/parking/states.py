@@ -266,8 +266,8 @@ def store_state(
         # What a backend with result_extended stores beside the state (task
         # name, args, worker): the running request when the state is its own
         # task's (parked at arrival, its retry), else the task's name alone (a
-        # call not running).  Without it such a write stored no name, and over
-        # a running task's row it erased what its STARTED had stored.
+        # call not running), so a row keeps its name, and a running task's row
+        # the args and worker its STARTED stored.
         request = getattr(current_task, "request", None)
         if request is None or getattr(request, "id", None) != task_id:
             request = SimpleNamespace(task=task_name or None)
@@ -365,9 +365,9 @@ def _closed_broken_django_connections(error: BaseException) -> bool:
     Django's connections are per thread, and only its request cycle and
     Celery's task hooks (``close_old_connections``) replace a broken one:
     with the ``django-db`` result backend, a thread of the worker's main
-    process (the park sweeper, a dead child's release) kept a connection the
-    database had dropped (a restart, a failover, an idle timeout), and every
-    later state it wrote was lost.  Only a connection that failed and no
+    process (the park sweeper, a dead child's release) would keep a
+    connection the database dropped (a restart, a failover, an idle
+    timeout) and lose every later state it writes.  Only a connection that failed and no
     longer answers is closed, never one in a transaction (an ``atomic``
     block, or autocommit turned off): closing it would lose the caller's
     work.  Any other error is not retried (a write such as

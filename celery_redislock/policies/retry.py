@@ -134,8 +134,8 @@ def consumed_queue(app: Any, delivery_info: Mapping[str, Any] | None) -> str | N
     A requeue names it, where Celery's own retry passes only the exchange and
     routing key: with quorum queues and a countdown, Celery's native delayed
     delivery (Celery >= 5.5) routes a message by its queue, the default one
-    when none is named, so a requeue of a task routed elsewhere went to the
-    default queue (a worker consuming only its own queue never saw it).  A
+    when none is named, so a requeue of a task routed elsewhere would go to
+    the default queue (a worker consuming only its own queue never sees it).  A
     message the delayed exchanges delivered names its queue by its routing
     key alone (its exchange is theirs)."""
     info = delivery_info or {}
