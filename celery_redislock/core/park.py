@@ -313,6 +313,7 @@ class Parking:
         token: str = "",
         hold: float = 0.0,
         waits_for: str = "",
+        replaceable: bool = False,
     ) -> Outcome:
         """A running task puts itself back ahead of all parked work of the name
         and pauses the name for ``pause`` seconds (a pause only lengthens;
@@ -322,7 +323,10 @@ class Parking:
         park has the task.  ``hold``: instead of (or besides) a pause, nothing
         parked of the name is promoted for this many seconds, unless
         :meth:`unhold` for ``waits_for`` lifts it first (a run refused by the
-        full listed limit ``waits_for``)."""
+        full listed limit ``waits_for``).  ``replaceable``: a ``keep_latest``
+        run the limit refused goes back as the name's pending call, which a
+        newer call replaces; SUPERSEDED (``reason``: the id of the call parked
+        already, which takes its place now) when there is one."""
         reply = self._call(
             PARK_HEAD,
             [
@@ -336,6 +340,7 @@ class Parking:
                 token,
                 _ms(hold) if hold > 0 else 0,
                 waits_for,
+                1 if replaceable else 0,
             ],
         )
         return Outcome.of(reply)

@@ -63,6 +63,9 @@ class Verdict(enum.Enum):
     #: :meth:`Parking.claim` / :meth:`Parking.arrive` only: the task's revoke
     #: record exists (nothing taken; the caller drops the task)
     REVOKED = "revoked"
+    #: :meth:`Parking.park_at_head` with ``replaceable`` only: a call parked
+    #: already takes the place of this one (``reason``: its id); not parked
+    SUPERSEDED = "superseded"
     FULL = "full"  #: :meth:`Parking.try_hold` only: no slot free
     RATE = "rate"  #: :meth:`Parking.try_hold` only: the rate admits it in ``wait`` seconds
 
@@ -88,7 +91,7 @@ class Outcome:
             return cls(verdict, token=int(value), wait=int(reply[2]) / 1_000_000)
         if verdict is Verdict.RESERVED:
             return cls(verdict, token=int(value))
-        if verdict in (Verdict.DUPLICATE, Verdict.DROP):
+        if verdict in (Verdict.DUPLICATE, Verdict.DROP, Verdict.SUPERSEDED):
             return cls(verdict, reason=text(value))
         if verdict is Verdict.RATE:
             return cls(verdict, wait=int(value) / 1000)

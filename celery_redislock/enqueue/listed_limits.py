@@ -23,12 +23,11 @@ slot of its own key *and* of every listed limit, or none of them
 Checked when the task class is created: ``limits`` is a list or tuple of
 ``Limit``; every template field and every parameter a callable names is a
 parameter of the task; no two limits, nor a limit and the task's own key,
-share a template; the policy is ``park`` (a refused run waits in its own
-key's park, holding nothing), ``skip``, ``raise``, ``retry`` or ``wait``
-(it waits in its process for the whole set, holding nothing between
-looks): ``keep_latest`` coalesces and orders by the own key alone, so it
-is refused (a per-call ``lock_policy="keep_latest"`` likewise, at
-``apply_async``).
+share a template.  Every policy takes them, for the whole set: ``park``
+(a refused run waits in its own key's park, holding nothing),
+``keep_latest`` (the same, as the key's pending call: a newer call
+replaces it), ``skip``, ``raise``, ``retry`` and ``wait`` (it waits in its
+process for the whole set, holding nothing between looks).
 """
 
 from __future__ import annotations
@@ -42,19 +41,11 @@ from .limits import PerCall, check_limit_value
 from .naming import KeyBuilder
 
 __all__ = [
-    "POLICIES_WITH_LIMITS",
     "Limit",
     "ListedLimit",
     "Need",
-    "check_policy_with_limits",
     "listed_limits_of",
 ]
-
-#: the policies a task with ``limits`` may use: each gives a refused run up
-#: (skipped, failed, requeued), parks it or waits for the whole set in its
-#: process (``wait``), holding nothing while it waits; not ``keep_latest``,
-#: which coalesces and orders by the own key alone
-POLICIES_WITH_LIMITS = ("park", "skip", "raise", "retry", "wait")
 
 
 @dataclass(frozen=True)
@@ -153,15 +144,4 @@ def listed_limits_of(cls: Any, keys: KeyBuilder, task: str) -> tuple[ListedLimit
             f"task {task}: limits names the task's own key {own!r}; the own key's limit "
             f"is {'semaphore_limit' if cls._redislock_kind == 'semaphore' else 'its kind'}"
         )
-    check_policy_with_limits(task, cls.lock_policy)
     return tuple(ListedLimit(spec, keys, task) for spec in specs)
-
-
-def check_policy_with_limits(task: str, policy: object) -> None:
-    """A ``TypeError`` when a task with ``limits`` would run with ``policy``."""
-    if policy not in POLICIES_WITH_LIMITS:
-        raise TypeError(
-            f"task {task}: lock_policy={policy!r} does not combine with limits (it "
-            "coalesces and orders by the own key alone); use "
-            f"one of {', '.join(repr(p) for p in POLICIES_WITH_LIMITS)}"
-        )

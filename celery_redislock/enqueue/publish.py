@@ -18,7 +18,6 @@ from celery.utils import uuid
 
 from ..policies import POLICIES, Context, Policy, check_call, check_policy
 from . import dedupe, options
-from .listed_limits import check_policy_with_limits
 
 __all__ = ["publish_call"]
 
@@ -56,8 +55,6 @@ def publish_call(
     policy = POLICIES[check_policy(headers.get(options.HEADER_POLICY) or task.lock_policy)]
     policy.check_rate(task.name, type(task)._redislock_rate)  # a per-call lock_policy
     check_call(task, policy, policy.coalesces and dedupe.wanted(task, task_id, headers))
-    if type(task)._redislock_listed:
-        check_policy_with_limits(task.name, policy.name)
     task_id, claimed, holder = dedupe.before_publish(task, name, task_id or uuid(), headers, call)
     if holder is None and _opens_a_window(task, policy, task_id):
         holder = dedupe.claim_window(task, name, task_id)

@@ -194,11 +194,15 @@ def _back_to_the_head(
     seconds: float,
     hold: float = 0.0,
     waits_for: str | None = None,
+    replaceable: bool = False,
 ) -> tuple[StillPending, bool]:
     """:func:`back_to_the_head`, or with ``hold`` (a run refused by the full
     listed limit ``waits_for``) the key's parked work held that long instead
-    of a pause; and whether it parked the task (not: a copy of it is parked
-    or in flight already, and that copy runs)."""
+    of a pause; and whether the key's park now has the task's work (not: a
+    copy of it is parked or in flight already, and that copy runs).
+    ``replaceable`` (a ``keep_latest`` run): it goes back as the key's
+    pending call, which a newer call replaces, and a newer call parked
+    already takes its place now (``SUPERSEDED``, where ``"limit"``)."""
     envelope = envelope_of_request(task, request, args, kwargs)
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
     token = header(request, HEADER_PARK_TOKEN)
@@ -213,7 +217,11 @@ def _back_to_the_head(
         "" if token is None else str(token),
         hold,
         waits_for or "",
+        replaceable,
     )
+    if admission.verdict is Verdict.SUPERSEDED:
+        announce_superseded(task, [request.id], admission.reason, lease_set.name, "limit")
+        return StillPending(), True
     if admission.verdict is Verdict.PARKED:
         where = "pause" if waits_for is None else "limit"
         announce_parked(
@@ -233,7 +241,7 @@ def _back_to_the_head(
     return StillPending(), False
 
 
-def wait_for_a_limit(ctx: Context) -> StillPending:
+def wait_for_a_limit(ctx: Context, replaceable: bool = False) -> StillPending:
     """A park-policy run whose own slot is held and whose listed limit
     ``ctx.refused_by`` refused it waits in its park, holding nothing; the
     caller raises the returned :class:`StillPending`.
@@ -247,7 +255,10 @@ def wait_for_a_limit(ctx: Context) -> StillPending:
     the limit was full, the name is noted in the limit's blocked set
     (:func:`note_waiting`).  A process that dies between these steps leaves
     the task parked: the hold ends by itself.  Not parked because Redis
-    failed: the own slot is given back the same way and the error raised."""
+    failed: the own slot is given back the same way and the error raised.
+    ``replaceable`` (``keep_latest``): the run goes back as the key's
+    pending call; when a newer call is parked already, that call takes its
+    place (this run ends ``SUPERSEDED``) and waits for the limit instead."""
     task, request, lease_set = ctx.task, ctx.request, ctx.need_lease_set()
     limit = ctx.refused_by
     assert limit is not None and ctx.refused_limit is not None
@@ -255,7 +266,7 @@ def wait_for_a_limit(ctx: Context) -> StillPending:
     hold = promotion.LISTED_RETRY if full else max(ctx.rate_wait or 0.0, 0.001)
     try:
         pending, parked = _back_to_the_head(
-            task, request, ctx.args, ctx.kwargs, lease_set, 0.0, hold, limit
+            task, request, ctx.args, ctx.kwargs, lease_set, 0.0, hold, limit, replaceable
         )
     finally:
         task._redislock_release(request, lease_set, "limit")

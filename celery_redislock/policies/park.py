@@ -45,13 +45,14 @@ class Park(Policy):
 
     def refused_by_listed(self, ctx: Context) -> None:
         """Back to the head of its park, holding nothing, until the listed
-        limit has room (:func:`~celery_redislock.parking.arrival.wait_for_a_limit`).
-        Eager runs have no park: they waited already (``waits_when_eager``),
-        and end as a contended eager run does."""
+        limit has room (:func:`~celery_redislock.parking.arrival.wait_for_a_limit`;
+        under ``keep_latest`` as the key's pending call, which a newer call
+        replaces).  Eager runs have no park: they waited already
+        (``waits_when_eager``), and end as a contended eager run does."""
         if ctx.request.is_eager:
             super().refused_by_listed(ctx)
             return
-        raise wait_for_a_limit(ctx)
+        raise wait_for_a_limit(ctx, replaceable=self.coalesces)
 
     def contended(self, ctx: Context) -> NoReturn:
         fail(ctx, self.name, f"{ctx.refusal} {ctx.waited} (policy park, eager)")

@@ -30,7 +30,7 @@ from ..core.owners import execution_prefix, execution_tag
 from ..core.park import Parking
 from ..diagnose import fail_closed, settings_failed
 from ..enqueue import options
-from ..enqueue.listed_limits import Need, check_policy_with_limits
+from ..enqueue.listed_limits import Need
 from ..parking.arrival import CLAIM_FAILED
 from ..parking.states import StillPending
 from ..policies import (
@@ -64,8 +64,6 @@ def enter(task: Any, request: Any, args: Any, kwargs: Any) -> LeaseSet:
     policy.check_rate(task.name, rate.rate)  # a per-call lock_policy
     check_call(task, policy)
     needs = listed_leases.needs_of(task, name, args, kwargs)
-    if needs:
-        check_policy_with_limits(task.name, policy.name)
     on_lost = lost_signal(task, request.id)
     try:
         client_for(task.app)  # settings read once per process: a mistake ends here

@@ -324,11 +324,13 @@ class LockRequest(Request):  # type: ignore[misc]
         if isinstance(exc, (WorkerLostError, TimeLimitExceeded)) and self._redislock_in_park():
             # The run had parked its task (at arrival, or back at the head with
             # redislock_pause) before its process died: the park has the task,
-            # which runs from there, so this is not its failure.  Acknowledged
-            # as Celery does an Ignore (no FAILURE, no task_failure, no
-            # requeue): its state stays PARKED.
+            # which runs from there, so this is not its failure; or a newer
+            # call took its place there (keep_latest, refused by a listed
+            # limit: SUPERSEDED).  Acknowledged as Celery does an Ignore (no
+            # FAILURE, no task_failure, no requeue): its state stays.
             log.info(
-                "%s[%s]: its process died after the task was parked; it runs from its park",
+                "%s[%s]: its process died after the task went back to its park "
+                "(it runs from there, or a newer call took its place)",
                 self.task.name,
                 self.id,
             )
@@ -373,14 +375,18 @@ class LockRequest(Request):  # type: ignore[misc]
     _redislock_discarded = False
 
     def _redislock_in_park(self) -> bool:
-        """Whether this task id waits in its name's park (parked or promoted)."""
+        """Whether this task id waits in its name's park (parked or promoted),
+        or this copy of it was given up there (its token stale: superseded)."""
         name_of = getattr(self.task, "redislock_name", None)
         if name_of is None:
             return False
         try:
             client, settings = client_for(self.task.app)
             name = name_of(self.args, self.kwargs)
-            return bool(Parking(client, settings.prefix, name).where(self.id)[0])
+            token = self.request_dict.get(HEADER_PARK_TOKEN)
+            parking = Parking(client, settings.prefix, name)
+            where, fate = parking.where(self.id, "" if token is None else str(token))
+            return bool(where) or fate == "stale"
         except Exception as exc:  # Celery's own handling then: FAILURE, as without us
             log.error("%s[%s]: could not read its park (%r)", self.task.name, self.id, exc)
             return False

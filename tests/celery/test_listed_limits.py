@@ -78,7 +78,6 @@ def wait_nothing_held(client: redis.Redis, prefix: str, *names: str, timeout: fl
         ({"limits": [Limit("s", lambda plan: 2)]}, ValueError, "'plan' is not a parameter"),
         ({"limits": [Limit("s", 2), Limit("s", 3)]}, ValueError, "names 's' twice"),
         ({"limits": [Limit("a:{account_id}", 2)]}, ValueError, "the task's own key"),
-        ({"limits": [Limit("s", 2)], "lock_policy": "keep_latest"}, TypeError, "not combine"),
     ],
 )
 def test_bad_limits_fail_at_decoration_naming_the_task(
@@ -652,7 +651,7 @@ def test_wait_gives_up_at_once_on_a_listed_rate_that_admits_it_only_after_the_ti
     assert "past the wait timeout of 30 s (policy wait)" in str(refused)
 
 
-def test_rate_limited_task_takes_limits_with_park_and_keep_latest_is_refused_per_call(
+def test_rate_limited_task_takes_limits_with_park_and_every_policy_takes_them(
     app: Celery,
 ) -> None:
     from celery_redislock import RateLimitedTask
@@ -668,8 +667,20 @@ def test_rate_limited_task_takes_limits_with_park_and_keep_latest_is_refused_per
     def call(account_id: int) -> None: ...
 
     assert call.lock_policy == "park"
-    with pytest.raises(TypeError, match="lock_policy='keep_latest' does not combine"):
-        call.apply_async((1,), lock_policy="keep_latest")
+    for policy in ("park", "keep_latest", "skip", "raise", "retry", "wait"):
+
+        @app.task(
+            name=unique_name(),
+            shared=False,
+            base=SemaphoreTask,
+            semaphore_key="k:{account_id}",
+            semaphore_limit=1,
+            lock_policy=policy,
+            limits=[Limit("s", 2)],
+        )
+        def refresh(account_id: int) -> None: ...
+
+        assert [listed.spec.key for listed in type(refresh)._redislock_listed] == ["s"], policy
 
 
 def test_a_plain_call_has_no_listed_leases(app: Celery) -> None:
@@ -1207,6 +1218,97 @@ def test_a_child_killed_while_its_run_goes_back_to_wait_for_a_limit(
     assert holder.get(timeout=60) == 0
     assert waiting.get(timeout=60) == 0
     assert scene.starts() == [("a", 0), ("b", 0)]
+    assert most_at_once(scene.events()) == 1
+    scene.wait_nothing_held("acct:b", SHARED)
+
+
+def superseded(app: Celery, task_id: str, by: str) -> bool:
+    """Whether ``task_id`` was dropped as superseded by ``by`` (its signal)."""
+    return any(
+        s["signal"] == "redislock_dropped"
+        and s.get("task_id") == task_id
+        and s.get("reason") == "superseded"
+        and s.get("superseded_by") == by
+        for s in app.recorder.signals()  # type: ignore[attr-defined]
+    )
+
+
+def test_keep_latest_keeps_the_newest_call_waiting_for_a_full_shared_limit(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """``keep_latest`` with a listed limit, on a prefork worker: the run the
+    full shared limit refuses goes back to its key's park as the key's
+    pending call (PARKED, waiting for the limit), each newer call of the key
+    takes the place of the one before it (``SUPERSEDED``, naming the newer
+    call), and the release of the shared slot starts the newest one, once;
+    neither limit is exceeded."""
+    scene = Scene(start, redis_url, redis_client, task="charge_latest", shared=1)
+    held, first = scene.holder_and_waiter("a", "b", duration=0.1)
+    wait_for(lambda: first.state == "PARKED", 60, message="b0 parked for the limit")
+    assert first.info["waits_for"] == SHARED
+    second = scene.call("b", 1, duration=0.1)
+    wait_for(lambda: first.state == "SUPERSEDED", 60, message="b0 replaced by b1")
+    third = scene.call("b", 2, duration=0.1)
+    wait_for(lambda: second.state == "SUPERSEDED", 60, message="b1 replaced by b2")
+    assert first.info["superseded_by"] == second.id
+    assert second.info["superseded_by"] == third.id
+    assert superseded(scene.app, first.id, second.id)
+    status = scene.status("b")
+    assert (status.parked, status.waits_for) == (1, SHARED)
+    scene.open("a")
+    assert held.get(timeout=60) == 0
+    assert third.get(timeout=60) == 2
+    assert scene.starts() == [("a", 0), ("b", 2)]
+    assert (first.state, second.state) == ("SUPERSEDED", "SUPERSEDED")
+    assert most_at_once(scene.events()) == 1
+    scene.wait_nothing_held("acct:b", SHARED)
+
+
+@pytest.mark.parametrize(
+    ("point", "countdown"),
+    [("", 0), ("listed_parked", 0), ("listed_released", 0), ("listed_parked", 0.5)],
+)
+def test_a_refused_keep_latest_run_gives_way_to_a_newer_call_parked_meanwhile(
+    start: Any, redis_url: str, redis_client: redis.Redis, point: str, countdown: float
+) -> None:
+    """A ``keep_latest`` run the full shared limit refuses while a newer
+    call of its key waits in the park (it parked while the run held the
+    key) is not parked again: it ends ``SUPERSEDED`` by that call (where
+    ``"limit"``), which waits for the limit and runs once it frees.  With
+    the child killed just after (``point``), before or after its own slot
+    is given back, the state stays ``SUPERSEDED`` (no FAILURE) and the
+    newer call still runs, once.  With a ``countdown`` the run arrives
+    without a promotion token (decided at arrival, not at enqueue)."""
+    scene = Scene(start, redis_url, redis_client, task="charge_latest", shared=1, listed_retry="2")
+    scene.worker(concurrency=2)
+    held = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    pause = f"{scene.prefix}:pause:listed_back"
+    scene.own_keys.set(pause, 1)
+    if point:
+        scene.own_keys.set(f"{scene.prefix}:fault:{point}", 1)
+    first = scene.task.apply_async(("b", 0), {"duration": 0.1}, countdown=countdown or None)
+    wait_for(
+        lambda: scene.own_keys.exists(f"{scene.prefix}:paused:listed_back"),
+        60,
+        message="b0 refused by the limit, holding its own slot",
+    )
+    second = scene.call("b", 1, duration=0.1)  # b's own slot is b0's: it parks
+    wait_for(lambda: second.state == "PARKED", 60, message="b1 parked")
+    scene.own_keys.delete(pause)
+    wait_for(lambda: first.state == "SUPERSEDED", 60, message="b0 gave way to b1")
+    assert (first.info["superseded_by"], first.info["where"]) == (second.id, "limit")
+    if point:
+        wait_for(
+            lambda: not scene.own_keys.exists(f"{scene.prefix}:fault:{point}"),
+            60,
+            message="the kill",
+        )
+    scene.open("a")
+    assert held.get(timeout=60) == 0
+    assert second.get(timeout=60) == 1
+    assert scene.starts() == [("a", 0), ("b", 1)]
+    assert first.state == "SUPERSEDED"
     assert most_at_once(scene.events()) == 1
     scene.wait_nothing_held("acct:b", SHARED)
 

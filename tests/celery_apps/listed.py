@@ -10,7 +10,8 @@ under ``wait``, ``listed.charge_skip`` under ``skip``,
 (``park``) lists ``region`` instead: 100 slots, one start per 10 s;
 ``listed.charge_capped_rated`` (``park``) lists ``shared`` with one start
 per 10 s; ``listed.charge_slow_rated`` (``park``) lists ``slow``: 100
-slots, one start an hour.  Its body records ``start``
+slots, one start an hour; ``listed.charge_latest`` lists ``shared`` under
+``keep_latest``, one slot per account.  Its body records ``start``
 (with the listed names its run holds) and ``end`` events into
 ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
 ``<prefix>:gate:<account_id>:<n>``; with ``end="raise"`` it raises
@@ -27,7 +28,10 @@ given back yet), ``listed_released`` (own slot given back, the name not
 noted in the limit's blocked set), ``listed_noted`` (noted, or found the
 limit with room, and not woken yet), ``listed_woken`` (a release woke a
 key and noted it again: one task promoted and published, the rest held
-again, no other key woken yet).
+again, no other key woken yet).  A pause point: while
+``<prefix>:pause:listed_back`` exists, a run refused by a listed limit
+waits before going back to its park (its own slot held), having set
+``<prefix>:paused:listed_back``.
 
 Run as ``celery -A tests.celery_apps.listed worker`` with the basic app's
 ``REDISLOCK_TEST_*`` environment (see :mod:`tests.celery_apps.basic`).
@@ -127,6 +131,10 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         name="listed.charge_slow_rated",
         **{**common, "limits": [Limit(SLOW, 100, rate="1/h")]},
     )(charge)
+    app.task(
+        name="listed.charge_latest",
+        **{**common, "semaphore_limit": 1, "lock_policy": "keep_latest"},
+    )(charge)
     return app
 
 
@@ -141,6 +149,13 @@ def _install_faults(prefix: str, rec: Any) -> None:
     promote_woken = promotion._promote_woken
 
     def parked(*args: Any, **kwargs: Any) -> Any:
+        if rec.client.exists(f"{prefix}:pause:listed_back"):
+            rec.client.set(f"{prefix}:paused:listed_back", 1)
+            deadline = time.monotonic() + 60
+            while rec.client.exists(f"{prefix}:pause:listed_back"):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
         pending = back_to_the_head(*args, **kwargs)
         kill_at("listed_parked")
         return pending

@@ -26,8 +26,16 @@
 --                      with its task id)
 -- ARGV[13] waits_for   the listed limit the hold is for (PMETA lwait; "" with
 --                      hold_ms 0)
+-- ARGV[14] replaceable "1": a keep_latest run a listed limit refused (it never
+--                      started its body): it goes back as the name's pending
+--                      call, which a newer call replaces (PMETA head is not
+--                      set), and if a call is parked already (newer than it:
+--                      a keep_latest park holds one call besides a head put
+--                      back), that call takes its place now and it is not
+--                      parked
 -- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
--- {"dup", where, due}.
+-- {"dup", where, due} | {"superseded", by, due} (ARGV[14]: "by" is the
+-- parked call that takes its place).
 
 --- @include "includes/extend_pause"
 --- @include "includes/known_where"
@@ -71,8 +79,18 @@ if token ~= '' then
   redis.call('ZREM', TOKENS, 'c|' .. id .. '|' .. token)
   supersede(id, token)
 end
+local replaceable = ARGV[14] == '1'
+if replaceable then
+  local newest = redis.call('ZRANGE', PARK, -1, -1)[1]
+  if newest and newest ~= redis.call('HGET', PMETA, 'head') then
+    -- Without a token, its message's copies are recorded stale under "", so
+    -- that a worker that lost the run's process reads it as given up here.
+    if token == '' then supersede(id, '') end
+    return {'superseded', newest, next_due(limit, nil, true)}
+  end
+end
 local first = redis.call('ZRANGE', PARK, 0, 0, 'WITHSCORES')
 entry.seq = first[2] and tonumber(first[2]) - 1 or redis.call('HINCRBY', PMETA, 'seq', 1)
 park(id, entry)
-redis.call('HSET', PMETA, 'head', id)
+if not replaceable then redis.call('HSET', PMETA, 'head', id) end
 return {'parked', n_parked + 1, pause_ms, next_due(limit, nil, true)}
