@@ -221,6 +221,23 @@ def targets(rounds: list[dict[str, float | None]]) -> dict[str, bool]:
     }
 
 
+def median_row(of_rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One contender's row from its rounds: each number the median of the
+    rounds that have it, the most at once the most of any round, an
+    ``incomplete`` of any round kept."""
+    row: dict[str, Any] = {"contender": of_rounds[0]["contender"], "runs": of_rounds}
+    for key in {k for r in of_rounds for k in r}:
+        values = [r[key] for r in of_rounds if isinstance(r.get(key), (int, float))]
+        if key in ("most_at_once", "most_of_one_account"):
+            row[key] = max(values, default=None)
+        elif values and key != "contender":
+            row[key] = common.median([float(v) for v in values])
+    incomplete = [r["incomplete"] for r in of_rounds if "incomplete" in r]
+    if incomplete:
+        row["incomplete"] = "; ".join(incomplete)
+    return row
+
+
 def run(url: str, params: LimitsParams, log: Any = print) -> dict[str, Any]:
     """``params.rounds`` rounds, each running every contender once (each round
     starting one contender further on, so none always runs first); a row per
@@ -246,11 +263,7 @@ def run(url: str, params: LimitsParams, log: Any = print) -> dict[str, Any]:
         rounds.append(rows)
     results: dict[str, Any] = {"params": params.__dict__, "runs": []}
     for contender in names:
-        of_rounds = [rows[contender] for rows in rounds]
-        row = common.median_of_runs(of_rounds)
-        for worst in ("most_at_once", "most_of_one_account"):
-            row[worst] = max((r.get(worst, 0) for r in of_rounds), default=0)
-        results["runs"].append(row)
+        results["runs"].append(median_row([rows[contender] for rows in rounds]))
     if "listed" in names:
         results["rounds"] = [round_figures(rows, params) for rows in rounds]
         results["targets"] = targets(results["rounds"])

@@ -268,10 +268,13 @@ class Parking:
         meta: str,
         task_name: str = "",
         rate: RateTerms = NO_RATE,
+        mark: str = "",
     ) -> Outcome:
         """A message without a reservation reached a worker (``park_arrive.lua``):
         HELD (``owner`` holds the slot for ``ttl``), PARKED, DUPLICATE, BOUNDED*,
-        or REVOKED (the task's revoke record exists: nothing taken)."""
+        or REVOKED (the task's revoke record exists: nothing taken).  ``mark``:
+        this copy's (``parking.message.copy_mark``), whose stale fate an
+        earlier run of the task in the same process left is dropped."""
         if self.cluster and self.is_revoked(task_id):
             return Outcome(Verdict.REVOKED)
         reply = self._call(
@@ -287,6 +290,7 @@ class Parking:
                 _field(task_name),
                 *rate.script_args(),
                 _park_options(config, self.cluster),
+                mark,
             ],
             revoke_record_of=task_id,
         )
@@ -313,7 +317,7 @@ class Parking:
         token: str = "",
         hold: float = 0.0,
         waits_for: str = "",
-        replaceable: bool = False,
+        fence: int = 0,
     ) -> Outcome:
         """A running task puts itself back ahead of all parked work of the name
         and pauses the name for ``pause`` seconds (a pause only lengthens;
@@ -323,10 +327,12 @@ class Parking:
         park has the task.  ``hold``: instead of (or besides) a pause, nothing
         parked of the name is promoted for this many seconds, unless
         :meth:`unhold` for ``waits_for`` lifts it first (a run refused by the
-        full listed limit ``waits_for``).  ``replaceable``: a ``keep_latest``
-        run the limit refused goes back as the name's pending call, which a
-        newer call replaces; SUPERSEDED (``reason``: the id of the call parked
-        already, which takes its place now) when there is one."""
+        full listed limit ``waits_for``).  ``fence`` (the run's fencing
+        token; 0: none): a ``keep_latest`` run the limit refused goes back as
+        the name's pending call, which a newer call replaces; SUPERSEDED
+        (``reason``: the id of the call parked already, which takes its
+        place now) when there is one, unless that call is a run put back the
+        same way with a lower fencing token, which it replaces (``replaced``)."""
         reply = self._call(
             PARK_HEAD,
             [
@@ -340,7 +346,7 @@ class Parking:
                 token,
                 _ms(hold) if hold > 0 else 0,
                 waits_for,
-                1 if replaceable else 0,
+                fence,
             ],
         )
         return Outcome.of(reply)

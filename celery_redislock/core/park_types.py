@@ -63,7 +63,7 @@ class Verdict(enum.Enum):
     #: :meth:`Parking.claim` / :meth:`Parking.arrive` only: the task's revoke
     #: record exists (nothing taken; the caller drops the task)
     REVOKED = "revoked"
-    #: :meth:`Parking.park_at_head` with ``replaceable`` only: a call parked
+    #: :meth:`Parking.park_at_head` with a ``fence`` only: a call parked
     #: already takes the place of this one (``reason``: its id); not parked
     SUPERSEDED = "superseded"
     FULL = "full"  #: :meth:`Parking.try_hold` only: no slot free
@@ -77,7 +77,8 @@ class Outcome:
     count: int = 0
     reason: str = ""
     wait: float = 0.0
-    #: PARKED with ``replace``: the tasks it took out of the park (keep-latest)
+    #: PARKED by a keep-latest call, or a keep-latest run back at the head:
+    #: the tasks it took out of the park
     replaced: tuple[str, ...] = ()
     #: PARKED by a call (enqueue, arrival): the holder of the task's state
     #: guard, taken in the same script for the write of ``PARKED``
@@ -103,8 +104,13 @@ class Outcome:
                 replaced=tuple(text(t) for t in reply[3]),
                 guard=text(reply[4]),
             )
-        if verdict is Verdict.PARKED and len(reply) == 4:  # back at the head: the pause's wait
-            return cls(verdict, count=int(value), wait=int(reply[2]) / 1000)
+        if verdict is Verdict.PARKED and len(reply) == 5:  # back at the head: the pause's wait
+            return cls(
+                verdict,
+                count=int(value),
+                wait=int(reply[2]) / 1000,
+                replaced=tuple(text(t) for t in reply[3]),
+            )
         return cls(verdict, count=int(value))
 
 

@@ -13,6 +13,7 @@ else it is parked by that same call and acked.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -30,7 +31,7 @@ from ..enqueue.options import HEADER_CLAIM_RETRY, HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from . import promotion
 from .enqueue import NO_CHANGES
-from .message import envelope_of_request, expires_in, json_dumps
+from .message import copy_mark, envelope_of_request, expires_in, json_dumps
 from .promotion import note_blocked, promote, wake_name
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ def claim_or_arrive(
             meta,
             task.name,
             task.redislock_rate(args, kwargs),
+            copy_mark(request.hostname, os.getpid()),
         )
     if admission.verdict is Verdict.REVOKED:
         _drop_revoked(task, request, parking, lease_set, token)
@@ -202,10 +204,14 @@ def _back_to_the_head(
     copy of it is parked or in flight already, and that copy runs).
     ``replaceable`` (a ``keep_latest`` run): it goes back as the key's
     pending call, which a newer call replaces, and a newer call parked
-    already takes its place now (``SUPERSEDED``, where ``"limit"``)."""
+    already takes its place now (``SUPERSEDED``, where ``"limit"``); a run
+    put back so that was admitted before it (a lower fencing token) gives
+    way to it instead."""
     envelope = envelope_of_request(task, request, args, kwargs)
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
     token = header(request, HEADER_PARK_TOKEN)
+    if token is None:
+        token = copy_mark(request.hostname, os.getpid())
     admission = parking.park_at_head(
         request.id,
         lease_set.capacity,
@@ -214,15 +220,16 @@ def _back_to_the_head(
         seconds,
         task.name,
         task.redislock_rate(args, kwargs),
-        "" if token is None else str(token),
+        str(token),
         hold,
         waits_for or "",
-        replaceable,
+        (lease_set.token or 0) if replaceable else 0,
     )
     if admission.verdict is Verdict.SUPERSEDED:
         announce_superseded(task, [request.id], admission.reason, lease_set.name, "limit")
         return StillPending(), True
     if admission.verdict is Verdict.PARKED:
+        announce_superseded(task, admission.replaced, request.id, lease_set.name, "limit")
         where = "pause" if waits_for is None else "limit"
         announce_parked(
             task, request.id, lease_set.name, where, admission, parking=parking, waits_for=waits_for

@@ -29,6 +29,7 @@ from ..enqueue.options import HEADER_PARK_TOKEN
 from ..events import sent_fields
 
 __all__ = [
+    "copy_mark",
     "envelope_of_publish",
     "envelope_of_request",
     "expires_in",
@@ -187,6 +188,15 @@ def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> d
 #: at arrival is stored in the serializer it was sent with (a per-call
 #: ``serializer=`` may differ from the task's)
 REQUEST_CONTENT_TYPE = "redislock_content_type"
+
+
+def copy_mark(hostname: str, pid: int) -> str:
+    """What stands for the promotion token of a copy that has none (a
+    ``send_task``, a countdown, a retry) when its run goes back to its park
+    (``park_head.lua`` ARGV[11]): the worker and the process that ran it,
+    which the worker's main process knows when that process dies
+    (run/request.py), so it reads that copy as given up in the park."""
+    return f"~{hostname}:{pid}"
 
 
 def envelope_of_request(

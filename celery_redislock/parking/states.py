@@ -219,8 +219,10 @@ def announce_parked(
 def announce_superseded(task: Any, replaced: Sequence[str], by: str, name: str, where: str) -> None:
     """``SUPERSEDED`` (with ``superseded_by``), its log line and ``lock_dropped``
     (reason ``"superseded"``) for each task a ``keep_latest`` call took out of
-    the park (``where``: enqueue / arrive), or a run that stopped at its
-    ``checkpoint()`` (``where``: run; ``by`` the newer call)."""
+    the park (``where``: enqueue / arrive), a run that a listed limit sent
+    back while a newer call waited in the park, or an older run sent back
+    so that this one replaced (``where``: limit), or a run that stopped at
+    its ``checkpoint()`` (``where``: run; ``by`` the newer call)."""
     for task_id in replaced:
         log.info(
             "%s[%s] superseded by %s (%s): %r keeps the latest call only",

@@ -22,6 +22,9 @@ retries, and an older retry never takes the place of a newer call.  A newer
 call parks behind the retry (with ``lock_supersede`` it takes the retry out:
 the retry ends ``SUPERSEDED``).
 
+With ``limits=`` a run a listed limit refuses goes back to the park as the
+key's pending call, replaceable like any (docs/limits-and-eager.md).
+
 Guaranteed: every call is followed by a run of its key that *started after
 the call was made* (its own, or a newer call's that took its place), unless
 that newer call is revoked or expires.  A promoted run (its message already

@@ -50,7 +50,7 @@ from ..core.owners import execution_prefix
 from ..core.park import Parking
 from ..core.scripts import REFRESH_PREFIX
 from ..enqueue.options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
-from ..parking.message import REQUEST_CONTENT_TYPE
+from ..parking.message import REQUEST_CONTENT_TYPE, copy_mark
 from ..settings import client_for
 from .listed_leases import renewal_names
 
@@ -329,8 +329,8 @@ class LockRequest(Request):  # type: ignore[misc]
             # limit: SUPERSEDED).  Acknowledged as Celery does an Ignore (no
             # FAILURE, no task_failure, no requeue): its state stays.
             log.info(
-                "%s[%s]: its process died after the task went back to its park "
-                "(it runs from there, or a newer call took its place)",
+                "%s[%s]: its process died after the task was parked; it runs from its "
+                "park, or a newer call took its place there",
                 self.task.name,
                 self.id,
             )
@@ -376,7 +376,11 @@ class LockRequest(Request):  # type: ignore[misc]
 
     def _redislock_in_park(self) -> bool:
         """Whether this task id waits in its name's park (parked or promoted),
-        or this copy of it was given up there (its token stale: superseded)."""
+        or this copy of it was given up there: its promotion token, or for a
+        copy without one (``send_task``, a countdown, a retry) the mark of
+        the process that ran it (:func:`~celery_redislock.parking.message.copy_mark`),
+        is stale (the run went back to its park, which promoted it again or
+        let a newer call take its place)."""
         name_of = getattr(self.task, "redislock_name", None)
         if name_of is None:
             return False
@@ -384,8 +388,9 @@ class LockRequest(Request):  # type: ignore[misc]
             client, settings = client_for(self.task.app)
             name = name_of(self.args, self.kwargs)
             token = self.request_dict.get(HEADER_PARK_TOKEN)
-            parking = Parking(client, settings.prefix, name)
-            where, fate = parking.where(self.id, "" if token is None else str(token))
+            if token is None:
+                token = copy_mark(self.hostname, self.worker_pid or 0)
+            where, fate = Parking(client, settings.prefix, name).where(self.id, str(token))
             return bool(where) or fate == "stale"
         except Exception as exc:  # Celery's own handling then: FAILURE, as without us
             log.error("%s[%s]: could not read its park (%r)", self.task.name, self.id, exc)

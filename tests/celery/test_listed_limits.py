@@ -667,6 +667,8 @@ def test_rate_limited_task_takes_limits_with_park_and_every_policy_takes_them(
     def call(account_id: int) -> None: ...
 
     assert call.lock_policy == "park"
+    per_call = call.apply_async((1,), lock_policy="keep_latest")  # refused before
+    assert per_call.id  # published or parked, not a TypeError
     for policy in ("park", "keep_latest", "skip", "raise", "retry", "wait"):
 
         @app.task(
@@ -1310,6 +1312,117 @@ def test_a_refused_keep_latest_run_gives_way_to_a_newer_call_parked_meanwhile(
     assert scene.starts() == [("a", 0), ("b", 1)]
     assert first.state == "SUPERSEDED"
     assert most_at_once(scene.events()) == 1
+    scene.wait_nothing_held("acct:b", SHARED)
+
+
+def paused(scene: Scene, point: str) -> None:
+    wait_for(
+        lambda: scene.own_keys.exists(f"{scene.prefix}:paused:{point}"),
+        60,
+        message=f"a run paused at {point}",
+    )
+
+
+@pytest.mark.parametrize("older_back_first", [True, False])
+def test_two_refused_keep_latest_runs_of_one_key_keep_the_newer(
+    start: Any, redis_url: str, redis_client: redis.Redis, older_back_first: bool
+) -> None:
+    """Two ``keep_latest`` runs of one key (two slots) refused by the full
+    shared limit go back to the park in either order: the one admitted
+    first (the older call) ends ``SUPERSEDED`` by the newer, which runs
+    once the limit frees; never the older call's arguments."""
+    scene = Scene(start, redis_url, redis_client, task="charge_latest2", shared=1)
+    scene.worker()
+    held = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    ids = [f"b{n}-{uuid.uuid4().hex[:8]}" for n in range(2)]
+    for task_id in ids:
+        scene.own_keys.set(f"{scene.prefix}:pause:listed_back:{task_id}", 1)
+    older = scene.task.apply_async(("b", 0), {"duration": 0.1}, task_id=ids[0])
+    paused(scene, f"listed_back:{ids[0]}")  # holds a slot of b: admitted first
+    newer = scene.task.apply_async(("b", 1), {"duration": 0.1}, task_id=ids[1])
+    paused(scene, f"listed_back:{ids[1]}")
+    first, second = (older, newer) if older_back_first else (newer, older)
+    scene.own_keys.delete(f"{scene.prefix}:pause:listed_back:{first.id}")
+    wait_for(lambda: first.state == "PARKED", 60, message="the first back parked")
+    scene.own_keys.delete(f"{scene.prefix}:pause:listed_back:{second.id}")
+    wait_for(lambda: older.state == "SUPERSEDED", 60, message="the older call superseded")
+    assert (older.info["superseded_by"], older.info["where"]) == (newer.id, "limit")
+    scene.open("a")
+    assert held.get(timeout=60) == 0
+    assert newer.get(timeout=60) == 1
+    assert scene.starts() == [("a", 0), ("b", 1)]
+    assert older.state == "SUPERSEDED"
+    assert most_at_once(scene.events()) == 1
+    scene.wait_nothing_held("acct:b", SHARED)
+
+
+def test_a_replaced_keep_latest_run_without_a_token_killed_after_stays_superseded(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A ``keep_latest`` run that came without a promotion token (a
+    countdown: decided at arrival), back in its park for the full shared
+    limit, is replaced there by a newer call (``SUPERSEDED``); its child
+    killed after that leaves the state ``SUPERSEDED`` (no FAILURE), and the
+    newer call runs once."""
+    scene = Scene(start, redis_url, redis_client, task="charge_latest", shared=1, listed_retry="2")
+    scene.worker(concurrency=2)
+    held = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    scene.own_keys.set(f"{scene.prefix}:pause:listed_parked", 1)
+    scene.own_keys.set(f"{scene.prefix}:fault:listed_parked", 1)
+    first = scene.task.apply_async(("b", 0), {"duration": 0.1}, countdown=0.5)
+    paused(scene, "listed_parked")  # back in the park, its own slot still held
+    wait_for(lambda: first.state == "PARKED", 60, message="b0 parked for the limit")
+    second = scene.call("b", 1, duration=0.1)
+    wait_for(lambda: first.state == "SUPERSEDED", 60, message="b0 replaced by b1")
+    scene.own_keys.delete(f"{scene.prefix}:pause:listed_parked")
+    wait_for(
+        lambda: not scene.own_keys.exists(f"{scene.prefix}:fault:listed_parked"),
+        60,
+        message="the kill",
+    )
+    scene.open("a")
+    assert held.get(timeout=60) == 0
+    assert second.get(timeout=60) == 1
+    assert scene.starts() == [("a", 0), ("b", 1)]
+    assert first.state == "SUPERSEDED"
+    assert first.info["superseded_by"] == second.id
+    scene.wait_nothing_held("acct:b", SHARED)
+
+
+def test_a_park_run_without_a_token_killed_after_its_task_ran_elsewhere_stores_no_failure(
+    start: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A ``park`` run that came without a promotion token (a countdown),
+    sent back to its park by the full shared limit, is promoted and runs in
+    another process while the first one still unwinds; that first process
+    killed then stores no FAILURE for the task (the worker says it went
+    back to its park), which ends ``SUCCESS``, run once.  (It is promoted
+    when its hold ends, 2 s: its key is not noted for the limit yet.)"""
+    scene = Scene(start, redis_url, redis_client, shared=1, listed_retry="2")
+    worker = scene.worker()
+    held = scene.call("a", 0, gate=True)
+    scene.wait_started(("a", 0))
+    scene.own_keys.set(f"{scene.prefix}:pause:listed_parked", 1)
+    scene.own_keys.set(f"{scene.prefix}:fault:listed_parked", 1)
+    waiting = scene.task.apply_async(("b", 0), {"gate": True}, countdown=0.5)
+    paused(scene, "listed_parked")  # back in the park, its own slot still held
+    scene.open("a")  # the shared slot frees: b0 is promoted, and run elsewhere
+    scene.wait_started(("b", 0))
+    scene.own_keys.delete(f"{scene.prefix}:pause:listed_parked")
+    wait_for(
+        lambda: not scene.own_keys.exists(f"{scene.prefix}:fault:listed_parked"),
+        60,
+        message="the kill",
+    )
+    line = f"[{waiting.id}]: its process died after the task was parked"
+    wait_for(lambda: line in worker.log_tail(4000), 60, message="the lost process ignored")
+    assert waiting.state != "FAILURE"
+    scene.open("b")
+    assert held.get(timeout=60) == 0
+    assert waiting.get(timeout=60) == 0
+    assert scene.starts() == [("a", 0), ("b", 0)]
     scene.wait_nothing_held("acct:b", SHARED)
 
 

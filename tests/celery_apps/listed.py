@@ -11,7 +11,7 @@ under ``wait``, ``listed.charge_skip`` under ``skip``,
 ``listed.charge_capped_rated`` (``park``) lists ``shared`` with one start
 per 10 s; ``listed.charge_slow_rated`` (``park``) lists ``slow``: 100
 slots, one start an hour; ``listed.charge_latest`` lists ``shared`` under
-``keep_latest``, one slot per account.  Its body records ``start``
+``keep_latest``, one slot per account (``listed.charge_latest2``: two).  Its body records ``start``
 (with the listed names its run holds) and ``end`` events into
 ``<prefix>:rec:charge:all``; with ``gate`` it runs until the test sets
 ``<prefix>:gate:<account_id>:<n>``; with ``end="raise"`` it raises
@@ -28,10 +28,13 @@ given back yet), ``listed_released`` (own slot given back, the name not
 noted in the limit's blocked set), ``listed_noted`` (noted, or found the
 limit with room, and not woken yet), ``listed_woken`` (a release woke a
 key and noted it again: one task promoted and published, the rest held
-again, no other key woken yet).  A pause point: while
-``<prefix>:pause:listed_back`` exists, a run refused by a listed limit
-waits before going back to its park (its own slot held), having set
-``<prefix>:paused:listed_back``.
+again, no other key woken yet).  Pause points: while
+``<prefix>:pause:listed_back`` (or ``...:listed_back:<task id>``) exists,
+a run refused by a listed limit waits before going back to its park (its
+own slot held), having set ``<prefix>:paused:listed_back`` (and
+``...:listed_back:<task id>``); while ``<prefix>:pause:listed_parked``
+exists, it waits just after (before ``listed_parked``'s kill), having set
+``<prefix>:paused:listed_parked``.
 
 Run as ``celery -A tests.celery_apps.listed worker`` with the basic app's
 ``REDISLOCK_TEST_*`` environment (see :mod:`tests.celery_apps.basic`).
@@ -135,6 +138,7 @@ def create_listed_app(config: dict[str, str]) -> Celery:
         name="listed.charge_latest",
         **{**common, "semaphore_limit": 1, "lock_policy": "keep_latest"},
     )(charge)
+    app.task(name="listed.charge_latest2", **{**common, "lock_policy": "keep_latest"})(charge)
     return app
 
 
@@ -148,15 +152,21 @@ def _install_faults(prefix: str, rec: Any) -> None:
     block = promotion.LIMIT_BLOCK
     promote_woken = promotion._promote_woken
 
+    def pause_at(*points: str) -> None:
+        """Wait while any of ``<prefix>:pause:<point>`` exists (60 s at most)."""
+        keys = [f"{prefix}:pause:{point}" for point in points]
+        if not rec.client.exists(*keys):
+            return
+        for point in points:
+            rec.client.set(f"{prefix}:paused:{point}", 1)
+        deadline = time.monotonic() + 60
+        while rec.client.exists(*keys) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def parked(*args: Any, **kwargs: Any) -> Any:
-        if rec.client.exists(f"{prefix}:pause:listed_back"):
-            rec.client.set(f"{prefix}:paused:listed_back", 1)
-            deadline = time.monotonic() + 60
-            while rec.client.exists(f"{prefix}:pause:listed_back"):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.02)
+        pause_at("listed_back", f"listed_back:{args[1].id}")
         pending = back_to_the_head(*args, **kwargs)
+        pause_at("listed_parked")
         kill_at("listed_parked")
         return pending
 

@@ -82,3 +82,81 @@ def test_a_run_put_back_at_the_head_is_replaced_only_by_a_superseding_call(
         assert (newer.replaced, newer.count) == (("pending",), 2)
         assert [e["task_id"] for e in park.status(5).entries] == ["running", "newer"]
     lock.release()
+
+
+KEEP_LATEST = ParkConfig(keep_latest=True)
+
+
+def put_back(park: Parking, task_id: str, fence: int, token: str = "") -> Any:
+    """A keep_latest run a listed limit refused goes back (``park_head.lua`` ARGV[14])."""
+    return park.park_at_head(
+        task_id, LOCK, "{}", 0, 0.0, "t", NO_RATE, token, 5.0, "shared", fence=fence
+    )
+
+
+def test_a_run_put_back_for_a_listed_limit_is_replaced_by_a_newer_call(
+    redis_client: Any, prefix: str
+) -> None:
+    """keep_latest and a listed limit: the run goes back as the pending call
+    (not the head a retry marks), and the next call takes its place."""
+    park = Parking(redis_client, prefix, "back")
+    back = put_back(park, "refused", fence=7)
+    assert (back.verdict.value, back.count, back.replaced) == ("parked", 1, ())
+    newer = park.enqueue("newer", LOCK, "{}", 0, KEEP_LATEST, "t")
+    assert (newer.replaced, newer.count) == (("refused",), 1)
+    assert [e["task_id"] for e in park.status(5).entries] == ["newer"]
+
+
+def test_a_run_put_back_gives_way_to_a_newer_call_parked_already(
+    redis_client: Any, prefix: str
+) -> None:
+    """A call parked while the run held the key is newer: the run is not
+    parked, it is superseded by that call; its copy (a token, or a
+    token-less copy's mark) is stale."""
+    lock = RedisLock(redis_client, "given", prefix=prefix, ttl=5)
+    assert lock.acquire()
+    park = Parking(redis_client, prefix, "given")
+    assert park.enqueue("newer", LOCK, "{}", 0, KEEP_LATEST, "t").count == 1
+    lock.release()
+    gone = put_back(park, "refused", fence=3, token="~w1:42")
+    assert (gone.verdict.value, gone.reason) == ("superseded", "newer")
+    assert [e["task_id"] for e in park.status(5).entries] == ["newer"]
+    assert park.where("refused", "~w1:42") == ("", "stale")
+    assert park.where("refused", "~w1:43") == ("", "")  # another copy's mark
+    # The task runs again in that process (a retry without a token): its
+    # arrival drops the mark, so a crash of that run is its own.
+    again = park.arrive("refused", LOCK, "{}", 0, KEEP_LATEST, "o", 5.0, "{}", "t", mark="~w1:42")
+    assert again.verdict.value in ("held", "parked")
+    assert park.where("refused", "~w1:42")[1] == ""
+
+
+@pytest.mark.parametrize("older_first", [True, False])
+def test_of_two_runs_put_back_the_one_admitted_last_stays(
+    redis_client: Any, prefix: str, older_first: bool
+) -> None:
+    """With a key limit over 1, two refused runs go back in either order:
+    the one with the higher fencing token (admitted last) stays parked."""
+    park = Parking(redis_client, prefix, "two")
+    runs = [("older", 4), ("newer", 5)]
+    first, second = runs if older_first else runs[::-1]
+    assert put_back(park, *first).verdict.value == "parked"
+    outcome = put_back(park, *second)
+    if older_first:
+        assert (outcome.verdict.value, outcome.replaced, outcome.count) == ("parked", ("older",), 1)
+    else:
+        assert (outcome.verdict.value, outcome.reason) == ("superseded", "newer")
+    assert [e["task_id"] for e in park.status(5).entries] == ["newer"]
+
+
+def test_a_retried_run_put_back_for_a_listed_limit_loses_its_head_mark(
+    redis_client: Any, prefix: str
+) -> None:
+    """A keep_latest run its own retry had put at the head, refused by a
+    listed limit when it runs again, is replaceable: a newer call takes
+    its place."""
+    park = Parking(redis_client, prefix, "mark")
+    assert park.park_at_head("run", LOCK, "{}", 0, 0.0, "t", NO_RATE).count == 1  # its retry
+    assert park.drop("run").where == "parked"  # taken out: it runs again
+    assert put_back(park, "run", fence=9).verdict.value == "parked"
+    newer = park.enqueue("newer", LOCK, "{}", 0, KEEP_LATEST, "t")
+    assert newer.replaced == ("run",)

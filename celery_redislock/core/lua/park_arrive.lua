@@ -17,6 +17,11 @@
 -- ARGV[11] burst       units that may start back to back
 -- ARGV[12] cost        units this start takes
 -- ARGV[13] options     as park_enqueue.lua's ARGV[11]
+-- ARGV[14] mark        this copy's mark (parking/message.py copy_mark: the
+--                      worker and process that run it): a stale fate left
+--                      under it by an earlier run of the task in this
+--                      process (park_head.lua) is dropped, so a crash of
+--                      this run is not read as that one's
 -- Returns {"held", fencing_token, start_wait_us, due} (start_wait_us: see
 -- park_claim.lua), park_claim.lua's "revoked", or park_enqueue.lua's
 -- replies but "reserved".
@@ -33,6 +38,7 @@
 -- discarded it): nothing is taken, the caller drops it.
 if REVOKE_RECORD and redis.call('EXISTS', REVOKE_RECORD) == 1 then return {'revoked', 0, -2} end
 local id, limit = ARGV[2], stored_limit(tonumber(ARGV[3]))
+redis.call('ZREM', TOKENS, 's|' .. id .. '|' .. ARGV[14])
 local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[9], tonumber(ARGV[10]),
   tonumber(ARGV[11]), tonumber(ARGV[12]))
 local reply, state, start_us = admit_new_call(id, entry, limit, ARGV[13], true)

@@ -13,9 +13,12 @@
 -- ARGV[8] burst        units that may start back to back
 -- ARGV[9] cost         units this start takes
 -- ARGV[10] pause_ms    pause the name this long (0: no pause)
--- ARGV[11] token       the promotion token the run was claimed with ("":
---                      none); it becomes stale, so a copy of the run's
---                      message (redelivered after a crash) never runs
+-- ARGV[11] token       the promotion token the run was claimed with, or for a
+--                      copy without one a mark of this copy ("~<worker>:<pid>",
+--                      parking/arrival.py); it becomes stale, so a copy of the
+--                      run's message (redelivered after a crash) never runs,
+--                      and a worker that lost the run's process reads the
+--                      copy as given up here (run/request.py)
 -- ARGV[12] hold_ms     hold the name's parked work this long for a listed
 --                      limit (PMETA lhold; it only lengthens a hold for the
 --                      same limit, and replaces one for another): nothing of
@@ -26,16 +29,22 @@
 --                      with its task id)
 -- ARGV[13] waits_for   the listed limit the hold is for (PMETA lwait; "" with
 --                      hold_ms 0)
--- ARGV[14] replaceable "1": a keep_latest run a listed limit refused (it never
---                      started its body): it goes back as the name's pending
---                      call, which a newer call replaces (PMETA head is not
---                      set), and if a call is parked already (newer than it:
---                      a keep_latest park holds one call besides a head put
---                      back), that call takes its place now and it is not
---                      parked
--- Returns {"parked", n_parked, pause_ms, due} (pause_ms: the pause left) |
+-- ARGV[14] fence       0, or the fencing token of a keep_latest run a listed
+--                      limit refused (it never started its body): it goes
+--                      back as the name's pending call, which a newer call
+--                      replaces (PMETA head is not set, and cleared if it
+--                      names this run; PMETA back: "<fence>|<id>"; PMETA
+--                      dfirst cleared: a debounce's burst starts again).  A
+--                      call parked already (other than a head) takes its
+--                      place now, so it is not parked; but a run put back
+--                      the same way with a lower fencing token (admitted
+--                      before it, with a key limit over 1) is replaced
+--                      instead
+-- Returns {"parked", n_parked, pause_ms, replaced, due} (pause_ms: the pause
+-- left; replaced: the ids it took out of the park, ARGV[14] only) |
 -- {"dup", where, due} | {"superseded", by, due} (ARGV[14]: "by" is the
--- parked call that takes its place).
+-- parked call that takes its place).  The due time comes last (Parking._call
+-- reads it there on a Cluster).
 
 --- @include "includes/extend_pause"
 --- @include "includes/known_where"
@@ -48,6 +57,7 @@
 --- @include "includes/reclaim_overdue"
 --- @include "includes/stored_limit"
 --- @include "includes/supersede"
+--- @include "includes/unpark"
 
 local id, limit, token = ARGV[2], stored_limit(tonumber(ARGV[3])), ARGV[11]
 local known = known_where(id)
@@ -59,6 +69,30 @@ local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[6], tonumber(ARG
 local n_parked = redis.call('ZCARD', PARK)
 local pause_ms = tonumber(ARGV[10])
 if pause_ms > 0 then pause_ms = extend_pause(PAUSE, pause_ms) end
+-- A keep_latest run put back (ARGV[14]) gives way to a newer call parked
+-- already, or takes the place of an older run put back the same way.
+local fence, replaced, by = tonumber(ARGV[14]) or 0, {}, nil
+if fence > 0 then
+  local head = redis.call('HGET', PMETA, 'head')
+  if head == id then  -- its own earlier retry marked it: it is replaceable now
+    redis.call('HDEL', PMETA, 'head')
+    head = nil
+  end
+  local newest = redis.call('ZRANGE', PARK, -1, -1)[1]
+  if newest and newest ~= head then
+    local back = redis.call('HGET', PMETA, 'back') or ''
+    local sep = string.find(back, '|', 1, true)
+    if sep and string.sub(back, sep + 1) == newest
+        and tonumber(string.sub(back, 1, sep - 1)) < fence then
+      unpark(newest)
+      redis.call('HDEL', MSGS, newest)
+      replaced[1] = newest
+      n_parked = n_parked - 1
+    else
+      by = newest
+    end
+  end
+end
 local hold_ms = tonumber(ARGV[12])
 if hold_ms > 0 then
   local hold = NOW_MS + hold_ms
@@ -71,26 +105,23 @@ if hold_ms > 0 then
     -- A longer hold for this limit stays for the rest (a wake-up or a run
     -- that made way set it; letting them go early only gets them sent
     -- back), but this head goes alone when its own wait ends (a refusal by
-    -- the limit's rate, which admits it then): rate_admits.lua.
-    redis.call('HSET', PMETA, 'lhead', hold .. '|' .. id)
+    -- the limit's rate, which admits it then): rate_admits.lua.  A call
+    -- that takes this run's place goes then instead.
+    redis.call('HSET', PMETA, 'lhead', hold .. '|' .. (by or id))
   end
 end
 if token ~= '' then
   redis.call('ZREM', TOKENS, 'c|' .. id .. '|' .. token)
   supersede(id, token)
 end
-local replaceable = ARGV[14] == '1'
-if replaceable then
-  local newest = redis.call('ZRANGE', PARK, -1, -1)[1]
-  if newest and newest ~= redis.call('HGET', PMETA, 'head') then
-    -- Without a token, its message's copies are recorded stale under "", so
-    -- that a worker that lost the run's process reads it as given up here.
-    if token == '' then supersede(id, '') end
-    return {'superseded', newest, next_due(limit, nil, true)}
-  end
+if by then return {'superseded', by, next_due(limit, nil, true)} end
+if fence > 0 then
+  -- Its place is a new call's to take: a debounce's burst starts again then.
+  redis.call('HSET', PMETA, 'back', fence .. '|' .. id)
+  redis.call('HDEL', PMETA, 'dfirst')
 end
 local first = redis.call('ZRANGE', PARK, 0, 0, 'WITHSCORES')
 entry.seq = first[2] and tonumber(first[2]) - 1 or redis.call('HINCRBY', PMETA, 'seq', 1)
 park(id, entry)
-if not replaceable then redis.call('HSET', PMETA, 'head', id) end
-return {'parked', n_parked + 1, pause_ms, next_due(limit, nil, true)}
+if fence == 0 then redis.call('HSET', PMETA, 'head', id) end
+return {'parked', n_parked + 1, pause_ms, replaced, next_due(limit, nil, true)}

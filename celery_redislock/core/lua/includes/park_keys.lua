@@ -27,7 +27,10 @@
 --                     head = the task park_head.lua
 --                     put back ahead of the park: a run
 --                     that paused or retries, which a keep_latest call does
---                     not replace unless it supersedes}
+--                     not replace unless it supersedes; back =
+--                     "<fencing token>|<task id>": the last keep_latest run
+--                     a listed limit refused that park_head.lua put back
+--                     (ARGV[14]), replaceable}
 --   KEYS[12] tokens   ZSET  the fate of promotion tokens no longer in flight,
 --                     member "s|<task id>|<token>" (stale: superseded, that
 --                     copy never runs: a reservation that went overdue and
