@@ -15,7 +15,12 @@ Two ways to run an account's tasks, each of ``BENCH_TASK_SECONDS``, under
 * ``trips``: ``single`` plus two minimal script round trips per run, a
   ``SET NX PX`` before the body and a compare-and-delete after it: what a
   second limit costs in round trips alone (a control; it keeps none of the
-  guarantees).
+  guarantees);
+* ``handoff``: ``floor`` whose every release holds its key's parked work
+  for the listed limit and then promotes one in a call of its own
+  (``park_unhold.lua``): the least a fair hand-off of a slot from one key to
+  another costs when each key's park is its own slot (a control: nothing
+  waits for its limit).
 
 Configured from the environment (``BENCH_REDIS_URL``, ``BENCH_EVENTS_DIR``,
 ``BENCH_READY_FILE``, ``BENCH_SHARED``, ``BENCH_TASK_SECONDS``, ``BENCH_RUN``).  Each body
@@ -103,11 +108,37 @@ def _trips_task() -> Any:
     )(account_run)
 
 
+def _split_release() -> None:
+    """The ``handoff`` control's release (see the module docstring), in place
+    of ``Park.release`` for that task only."""
+    from functools import partial
+
+    from celery_redislock.parking.promotion import release_and_promote, wake_name
+    from celery_redislock.policies.park import Park
+
+    original = Park.release
+
+    def release(self: Any, ctx: Any) -> None:
+        if ctx.task.name != "limits.handoff":
+            original(self, ctx)
+            return
+        task, lease_set, limit = ctx.task, ctx.need_lease_set(), ctx.need_limit()
+        listed = f"handoff:{RUN}"
+        release_and_promote(
+            task, lease_set, limit, listed, partial(wake_name, task.app, lease_set.name, listed)
+        )
+
+    Park.release = release  # type: ignore[method-assign]
+
+
+_split_release()
+
 TASKS = {
     "single": _account_task("single", []),
     "listed": _account_task("listed", [Limit(f"shared:{RUN}", SHARED)]),
     "floor": _account_task("floor", [Limit(f"floor:{RUN}", FLOOR)]),
     "trips": _trips_task(),
+    "handoff": _account_task("handoff", [Limit(f"handoff:{RUN}", FLOOR)]),
 }
 
 task_events.record_retries_and_etas(URL)

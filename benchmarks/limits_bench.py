@@ -5,8 +5,12 @@ then ``light_accounts`` light accounts send ``light_jobs`` each; per-account
 limit 3; two prefork workers ``-c 8``.  Side by side in one run
 (``benchmarks.limits_app``): ``single``, the per-account limit alone, and
 ``listed``, the same task with ``limits=[Limit("shared:<run>", shared)]``,
-and two controls: ``floor``, the same with a listed limit never full, and
-``trips``, ``single`` plus two minimal script round trips per run.
+and three controls: ``floor``, the same with a listed limit never full,
+``trips``, ``single`` plus two minimal script round trips per run, and
+``handoff``, ``floor`` with every release split into a release that holds
+the key's parked work and a call of its own that promotes one (the least
+a hand-off of a slot from one key to another costs when each key's park is
+its own slot, as on a Cluster).
 Per contender, from every body's start and end: the most runs at once of
 one account and of all (over-limit starts counted), how busy the shared
 limit was (runs at once over time, divided by the shared limit, from the
@@ -35,7 +39,7 @@ from typing import Any
 from . import common
 from .worker import Worker
 
-CONTENDERS = ("single", "listed", "floor", "trips")
+CONTENDERS = ("single", "listed", "floor", "trips", "handoff")
 
 Run = tuple[str, int, float, float, float]  # account, seq, sent, start, end
 
@@ -287,7 +291,9 @@ def section(r: dict[str, Any]) -> str:
         f'limit alone, `listed`: plus `limits=[Limit("shared", {p["shared"]})]`, '
         "`floor`: plus a listed limit never full (a control: the least two limits cost), "
         "`trips`: `single` plus two minimal script round trips per run (a control: what "
-        "a second limit costs in round trips alone).\n",
+        "a second limit costs in round trips alone), `handoff`: `floor` with each release "
+        "split into one that holds and a call of its own that promotes (a control: the "
+        "least a hand-off between two keys' slots costs).\n",
         "| contender | ran | most at once | most of one account | shared busy | account "
         "share (min-max x mean) | light p50 wait (s) | Redis CPU us/task | Redis cmds/task |",
         "|---|---|---|---|---|---|---|---|---|",
