@@ -1109,6 +1109,23 @@ class Scene:
     def holders(self, name: str) -> list[Any]:
         return holders(self.client, self.prefix, name)
 
+    def wait_killed(self, point: str) -> None:
+        wait_for(
+            lambda: not self.own_keys.exists(f"{self.prefix}:fault:{point}"),
+            60,
+            message=f"the kill at {point}",
+        )
+
+    def only_the_newer_runs(self, held: Any, newer: Any, n: int) -> None:
+        """``held`` (a0, gated) ends, then ``newer`` (b<n>) runs, alone: the
+        shared limit never had two, and b's slots are given back."""
+        self.open("a")
+        assert held.get(timeout=60) == 0
+        assert newer.get(timeout=60) == n
+        assert self.starts() == [("a", 0), ("b", n)]
+        assert most_at_once(self.events()) == 1
+        self.wait_nothing_held("acct:b", SHARED)
+
     def wait_nothing_held(self, *names: str) -> None:
         wait_nothing_held(self.client, self.prefix, *names)
 
@@ -1257,13 +1274,8 @@ def test_keep_latest_keeps_the_newest_call_waiting_for_a_full_shared_limit(
     assert superseded(scene.app, first.id, second.id)
     status = scene.status("b")
     assert (status.parked, status.waits_for) == (1, SHARED)
-    scene.open("a")
-    assert held.get(timeout=60) == 0
-    assert third.get(timeout=60) == 2
-    assert scene.starts() == [("a", 0), ("b", 2)]
+    scene.only_the_newer_runs(held, third, 2)
     assert (first.state, second.state) == ("SUPERSEDED", "SUPERSEDED")
-    assert most_at_once(scene.events()) == 1
-    scene.wait_nothing_held("acct:b", SHARED)
 
 
 @pytest.mark.parametrize(
@@ -1301,18 +1313,9 @@ def test_a_refused_keep_latest_run_gives_way_to_a_newer_call_parked_meanwhile(
     wait_for(lambda: first.state == "SUPERSEDED", 60, message="b0 gave way to b1")
     assert (first.info["superseded_by"], first.info["where"]) == (second.id, "limit")
     if point:
-        wait_for(
-            lambda: not scene.own_keys.exists(f"{scene.prefix}:fault:{point}"),
-            60,
-            message="the kill",
-        )
-    scene.open("a")
-    assert held.get(timeout=60) == 0
-    assert second.get(timeout=60) == 1
-    assert scene.starts() == [("a", 0), ("b", 1)]
+        scene.wait_killed(point)
+    scene.only_the_newer_runs(held, second, 1)
     assert first.state == "SUPERSEDED"
-    assert most_at_once(scene.events()) == 1
-    scene.wait_nothing_held("acct:b", SHARED)
 
 
 def paused(scene: Scene, point: str) -> None:
@@ -1348,13 +1351,8 @@ def test_two_refused_keep_latest_runs_of_one_key_keep_the_newer(
     scene.own_keys.delete(f"{scene.prefix}:pause:listed_back:{second.id}")
     wait_for(lambda: older.state == "SUPERSEDED", 60, message="the older call superseded")
     assert (older.info["superseded_by"], older.info["where"]) == (newer.id, "limit")
-    scene.open("a")
-    assert held.get(timeout=60) == 0
-    assert newer.get(timeout=60) == 1
-    assert scene.starts() == [("a", 0), ("b", 1)]
+    scene.only_the_newer_runs(held, newer, 1)
     assert older.state == "SUPERSEDED"
-    assert most_at_once(scene.events()) == 1
-    scene.wait_nothing_held("acct:b", SHARED)
 
 
 def test_a_replaced_keep_latest_run_without_a_token_killed_after_stays_superseded(
@@ -1377,18 +1375,10 @@ def test_a_replaced_keep_latest_run_without_a_token_killed_after_stays_supersede
     second = scene.call("b", 1, duration=0.1)
     wait_for(lambda: first.state == "SUPERSEDED", 60, message="b0 replaced by b1")
     scene.own_keys.delete(f"{scene.prefix}:pause:listed_parked")
-    wait_for(
-        lambda: not scene.own_keys.exists(f"{scene.prefix}:fault:listed_parked"),
-        60,
-        message="the kill",
-    )
-    scene.open("a")
-    assert held.get(timeout=60) == 0
-    assert second.get(timeout=60) == 1
-    assert scene.starts() == [("a", 0), ("b", 1)]
+    scene.wait_killed("listed_parked")
+    scene.only_the_newer_runs(held, second, 1)
     assert first.state == "SUPERSEDED"
     assert first.info["superseded_by"] == second.id
-    scene.wait_nothing_held("acct:b", SHARED)
 
 
 def test_a_park_run_without_a_token_killed_after_its_task_ran_elsewhere_stores_no_failure(
@@ -1411,11 +1401,7 @@ def test_a_park_run_without_a_token_killed_after_its_task_ran_elsewhere_stores_n
     scene.open("a")  # the shared slot frees: b0 is promoted, and run elsewhere
     scene.wait_started(("b", 0))
     scene.own_keys.delete(f"{scene.prefix}:pause:listed_parked")
-    wait_for(
-        lambda: not scene.own_keys.exists(f"{scene.prefix}:fault:listed_parked"),
-        60,
-        message="the kill",
-    )
+    scene.wait_killed("listed_parked")
     line = f"[{waiting.id}]: its process died after the task was parked"
     wait_for(lambda: line in worker.log_tail(4000), 60, message="the lost process ignored")
     assert waiting.state != "FAILURE"
