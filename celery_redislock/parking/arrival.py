@@ -114,7 +114,7 @@ def claim_or_arrive(
             meta,
             task.name,
             task.redislock_rate(args, kwargs),
-            copy_mark(request.hostname, os.getpid()),
+            copy_mark(os.getpid()),
         )
     if admission.verdict is Verdict.REVOKED:
         _drop_revoked(task, request, parking, lease_set, token)
@@ -211,7 +211,7 @@ def _back_to_the_head(
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
     token = header(request, HEADER_PARK_TOKEN)
     if token is None:
-        token = copy_mark(request.hostname, os.getpid())
+        token = copy_mark(os.getpid())
     admission = parking.park_at_head(
         request.id,
         lease_set.capacity,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -190,13 +191,15 @@ def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> d
 REQUEST_CONTENT_TYPE = "redislock_content_type"
 
 
-def copy_mark(hostname: str, pid: int) -> str:
+def copy_mark(pid: int) -> str:
     """What stands for the promotion token of a copy that has none (a
     ``send_task``, a countdown, a retry) when its run goes back to its park
-    (``park_head.lua`` ARGV[11]): the worker and the process that ran it,
+    (``park_head.lua`` ARGV[11]): the machine and the process that ran it,
     which the worker's main process knows when that process dies
-    (run/request.py), so it reads that copy as given up in the park."""
-    return f"~{hostname}:{pid}"
+    (run/request.py), so it reads that copy as given up in the park.  The
+    machine's host name, not the worker's node name: a pool child of a
+    worker started in code knows only the former."""
+    return f"~{socket.gethostname()}:{pid}"
 
 
 def envelope_of_request(

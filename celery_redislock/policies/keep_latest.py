@@ -35,12 +35,14 @@ debounced or not.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from ..core.validation import check_ttl
 from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..parking.enqueue import retry_at_head
+from ..parking.message import copy_mark
 from .base import Context, Policy
 from .park import Park
 
@@ -107,7 +109,7 @@ class KeepLatest(Park):
             task.redislock_limit(ctx.args, ctx.kwargs),
             ctx.need_send(),
             task.redislock_rate(ctx.args, ctx.kwargs),
-            "" if token is None else str(token),
+            copy_mark(os.getpid()) if token is None else str(token),
         )
 
 

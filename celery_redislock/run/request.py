@@ -389,7 +389,7 @@ class LockRequest(Request):  # type: ignore[misc]
             name = name_of(self.args, self.kwargs)
             token = self.request_dict.get(HEADER_PARK_TOKEN)
             if token is None:
-                token = copy_mark(self.hostname, self.worker_pid or 0)
+                token = copy_mark(self.worker_pid or 0)
             where, fate = Parking(client, settings.prefix, name).where(self.id, str(token))
             return bool(where) or fate == "stale"
         except Exception as exc:  # Celery's own handling then: FAILURE, as without us

@@ -6,10 +6,10 @@
   the task is not lost, runs again (same id) once the pause is over and its
   dead run is gone, before the key's later tasks, in FIFO order; its state
   stays PARKED meanwhile (the main process acknowledges the dead run as
-  Celery does an ``Ignore``: no FAILURE, no requeue); and a copy of the
-  killed run's message that Celery requeues anyway (acks_late, once the task
-  runs again) never runs beside the re-run: its promotion token went stale
-  when the task went back to the park.
+  Celery does an ``Ignore``: no FAILURE, no requeue); and when the worker
+  sees the lost child only once the task runs again (acks_late), the killed
+  run's copy is still acknowledged, its promotion token having gone stale
+  when the task went back to the park, and never runs beside the re-run.
 * The sweeper does not spin on a name that is due now but cannot be promoted.
 """
 
