@@ -273,7 +273,7 @@ class Parking:
         """A message without a reservation reached a worker (``park_arrive.lua``):
         HELD (``owner`` holds the slot for ``ttl``), PARKED, DUPLICATE, BOUNDED*,
         or REVOKED (the task's revoke record exists: nothing taken).  ``mark``:
-        this copy's (``parking.message.copy_mark``), whose stale fate an
+        this copy's (``parking.message.copy_token``), whose stale fate an
         earlier run of the task in the same process left is dropped."""
         if self.cluster and self.is_revoked(task_id):
             return Outcome(Verdict.REVOKED)

@@ -31,7 +31,7 @@ from ..enqueue.options import HEADER_CLAIM_RETRY, HEADER_PARK_TOKEN, header
 from ..settings import settings_for
 from . import promotion
 from .enqueue import NO_CHANGES
-from .message import copy_mark, envelope_of_request, expires_in, json_dumps
+from .message import copy_token, envelope_of_request, expires_in, json_dumps
 from .promotion import note_blocked, promote, wake_name
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def claim_or_arrive(
             meta,
             task.name,
             task.redislock_rate(args, kwargs),
-            copy_mark(os.getpid()),
+            copy_token(None, os.getpid()),
         )
     if admission.verdict is Verdict.REVOKED:
         _drop_revoked(task, request, parking, lease_set, token)
@@ -209,9 +209,6 @@ def _back_to_the_head(
     way to it instead."""
     envelope = envelope_of_request(task, request, args, kwargs)
     parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
-    token = header(request, HEADER_PARK_TOKEN)
-    if token is None:
-        token = copy_mark(os.getpid())
     admission = parking.park_at_head(
         request.id,
         lease_set.capacity,
@@ -220,7 +217,7 @@ def _back_to_the_head(
         seconds,
         task.name,
         task.redislock_rate(args, kwargs),
-        str(token),
+        copy_token(header(request, HEADER_PARK_TOKEN), os.getpid()),
         hold,
         waits_for or "",
         (lease_set.token or 0) if replaceable else 0,

@@ -30,7 +30,7 @@ from ..enqueue.options import HEADER_PARK_TOKEN
 from ..events import sent_fields
 
 __all__ = [
-    "copy_mark",
+    "copy_token",
     "envelope_of_publish",
     "envelope_of_request",
     "expires_in",
@@ -191,15 +191,16 @@ def envelope_of_publish(app: Any, message: Any, options: Mapping[str, Any]) -> d
 REQUEST_CONTENT_TYPE = "redislock_content_type"
 
 
-def copy_mark(pid: int) -> str:
-    """What stands for the promotion token of a copy that has none (a
-    ``send_task``, a countdown, a retry) when its run goes back to its park
-    (``park_head.lua`` ARGV[11]): the machine and the process that ran it,
-    which the worker's main process knows when that process dies
-    (run/request.py), so it reads that copy as given up in the park.  The
-    machine's host name, not the worker's node name: a pool child of a
-    worker started in code knows only the former."""
-    return f"~{socket.gethostname()}:{pid}"
+def copy_token(token: object, pid: int) -> str:
+    """The promotion token of a copy, or for a copy that has none (a
+    ``send_task``, a countdown, a retry) its mark: the machine and the
+    process ``pid`` that runs it.  A run that goes back to its park makes it
+    stale (``park_head.lua`` ARGV[11]); the worker's main process, which
+    knows the process when it dies (run/request.py), then reads that copy
+    as given up in the park.  The machine's host name, not the worker's
+    node name: a pool child of a worker started in code knows only the
+    former."""
+    return f"~{socket.gethostname()}:{pid}" if token is None else str(token)
 
 
 def envelope_of_request(

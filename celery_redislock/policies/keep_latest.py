@@ -42,7 +42,7 @@ from typing import Any
 from ..core.validation import check_ttl
 from ..enqueue.options import HEADER_PARK_TOKEN, header
 from ..parking.enqueue import retry_at_head
-from ..parking.message import copy_mark
+from ..parking.message import copy_token
 from .base import Context, Policy
 from .park import Park
 
@@ -109,7 +109,7 @@ class KeepLatest(Park):
             task.redislock_limit(ctx.args, ctx.kwargs),
             ctx.need_send(),
             task.redislock_rate(ctx.args, ctx.kwargs),
-            copy_mark(os.getpid()) if token is None else str(token),
+            copy_token(token, os.getpid()),
         )
 
 

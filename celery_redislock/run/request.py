@@ -50,7 +50,7 @@ from ..core.owners import execution_prefix
 from ..core.park import Parking
 from ..core.scripts import REFRESH_PREFIX
 from ..enqueue.options import HEADER_DEDUPE, HEADER_PARK_TOKEN, HEADER_TTL
-from ..parking.message import REQUEST_CONTENT_TYPE, copy_mark
+from ..parking.message import REQUEST_CONTENT_TYPE, copy_token
 from ..settings import client_for
 from .listed_leases import renewal_names
 
@@ -378,7 +378,7 @@ class LockRequest(Request):  # type: ignore[misc]
         """Whether this task id waits in its name's park (parked or promoted),
         or this copy of it was given up there: its promotion token, or for a
         copy without one (``send_task``, a countdown, a retry) the mark of
-        the process that ran it (:func:`~celery_redislock.parking.message.copy_mark`),
+        the process that ran it (:func:`~celery_redislock.parking.message.copy_token`),
         is stale (the run went back to its park, which promoted it again or
         let a newer call take its place)."""
         name_of = getattr(self.task, "redislock_name", None)
@@ -387,10 +387,8 @@ class LockRequest(Request):  # type: ignore[misc]
         try:
             client, settings = client_for(self.task.app)
             name = name_of(self.args, self.kwargs)
-            token = self.request_dict.get(HEADER_PARK_TOKEN)
-            if token is None:
-                token = copy_mark(self.worker_pid or 0)
-            where, fate = Parking(client, settings.prefix, name).where(self.id, str(token))
+            token = copy_token(self.request_dict.get(HEADER_PARK_TOKEN), self.worker_pid or 0)
+            where, fate = Parking(client, settings.prefix, name).where(self.id, token)
             return bool(where) or fate == "stale"
         except Exception as exc:  # Celery's own handling then: FAILURE, as without us
             log.error("%s[%s]: could not read its park (%r)", self.task.name, self.id, exc)

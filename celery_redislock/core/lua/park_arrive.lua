@@ -17,8 +17,8 @@
 -- ARGV[11] burst       units that may start back to back
 -- ARGV[12] cost        units this start takes
 -- ARGV[13] options     as park_enqueue.lua's ARGV[11]
--- ARGV[14] mark        this copy's mark (parking/message.py copy_mark: the
---                      worker and process that run it): a stale fate left
+-- ARGV[14] mark        this copy's mark (parking/message.py copy_token: the
+--                      machine and process that run it): a stale fate left
 --                      under it by an earlier run of the task in this
 --                      process (park_head.lua) is dropped, so a crash of
 --                      this run is not read as that one's

@@ -14,8 +14,8 @@
 -- ARGV[9] cost         units this start takes
 -- ARGV[10] pause_ms    pause the name this long (0: no pause)
 -- ARGV[11] token       the promotion token the run was claimed with, or for a
---                      copy without one a mark of this copy ("~<worker>:<pid>",
---                      parking/arrival.py); it becomes stale, so a copy of the
+--                      copy without one a mark of this copy ("~<host>:<pid>",
+--                      parking/message.py copy_token); it becomes stale, so a copy of the
 --                      run's message (redelivered after a crash) never runs,
 --                      and a worker that lost the run's process reads the
 --                      copy as given up here (run/request.py)
