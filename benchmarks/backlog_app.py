@@ -31,6 +31,14 @@ from celery import Celery
 from celery_redislock import SemaphoreTask
 
 from . import task_events
+from .floors import (
+    GUARD_DEADLINE_MS,
+    GUARD_END,
+    GUARD_ENQUEUE,
+    GUARD_KEYS,
+    GUARD_START,
+    GUARD_TTL_MS,
+)
 
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 LIMIT = 5
@@ -146,60 +154,6 @@ class _ParkFloorSender:
         payload = json.dumps([list(args), queue])
         if _redis().eval(FLOOR_ENQUEUE, 2, *_floor_keys(run, account), LIMIT, payload):
             parkfloor.apply_async(args, queue=queue, producer=producer)
-
-
-# The least a park that keeps its core guarantees can do, as a second floor:
-# Redis TIME, leases and reservations with deadlines in one holders zset (a
-# dead worker's slot lapses by itself), a promotion token per reservation that
-# the start must present (a stale copy never runs), idempotence on the task
-# id, the message stored once, FIFO by a sequence number, a revoke record
-# read at the start, and the names' index a sweeper would read.  Left out:
-# token fates, overrides, rates, TTLs, totals and the re-publish of lapsed
-# reservations (a sweeper's job, off the hot path).  Three scripts per task,
-# as `park`: at publish, at start and at the end.
-GUARD_KEYS = ("holders", "park", "msgs", "fence", "seq")
-GUARD_ENQUEUE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local id, limit = ARGV[1], tonumber(ARGV[2])
-if redis.call('HSETNX', KEYS[3], id, ARGV[3]) == 0 then return -1 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[1]) < limit then
-  local token = redis.call('INCR', KEYS[4])
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), 'r|' .. id .. '|' .. token)
-  return token
-end
-redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[5]), id)
-redis.call('ZADD', KEYS[6], now, ARGV[5])
-return 0
-"""
-GUARD_START = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('EXISTS', KEYS[7]) == 1 then return -1 end
-local reservation = 'r|' .. ARGV[1] .. '|' .. ARGV[2]
-if not redis.call('ZSCORE', KEYS[1], reservation) then return 0 end
-redis.call('ZREM', KEYS[1], reservation)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[3])
-redis.call('HDEL', KEYS[3], ARGV[1])
-return 1
-"""
-GUARD_END = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-if not head or redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-  if not head then redis.call('ZREM', KEYS[6], ARGV[4]) end
-  return false
-end
-redis.call('ZREM', KEYS[2], head)
-local token = redis.call('INCR', KEYS[4])
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), 'r|' .. head .. '|' .. token)
-return {token, redis.call('HGET', KEYS[3], head)}
-"""
-GUARD_DEADLINE_MS, GUARD_TTL_MS = 120_000, 60_000
 
 
 def _guard_keys(run: str, account: str, task_id: str = "") -> list[str]:

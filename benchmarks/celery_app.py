@@ -10,8 +10,11 @@ with one INCR (the same for every variant) and stamp the first and last.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import uuid
+from typing import Any
 
 import redis
 from celery import Celery
@@ -20,7 +23,7 @@ from celery_singleton import Singleton  # type: ignore[import-untyped]
 
 from celery_redislock import LockedTask, SemaphoreTask
 
-from . import task_events
+from . import floors, task_events
 
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 BROKER_URL = os.environ.get("BENCH_BROKER_URL") or URL
@@ -85,6 +88,74 @@ def sem_one(x: int, counter: str, n: int) -> None:
     """A SemaphoreTask under ``park`` (its default) whose every call has a key
     of its own: what each call pays for the park, nothing contended."""
     _done(counter, n)
+
+
+def _floor_script(text: str) -> Any:
+    """``text`` registered with this process's client: called by ``EVALSHA``, as ours are."""
+    scripts = _floor_scripts.setdefault(os.getpid(), {})
+    if text not in scripts:
+        scripts[text] = conn().register_script(text)
+    return scripts[text]
+
+
+_floor_scripts: dict[int, dict[str, Any]] = {}
+FLOOR_TTL_MS = 60_000
+
+
+@app.task(name="bench.floor_locked", bind=True)
+def floor_locked(self: Any, x: int, counter: str, n: int) -> None:
+    """A plain task whose body runs inside the guaranteed floor's acquire and
+    release (``floors.GUARANTEED_ACQ``/``_REL``), a key per call: what a lock
+    keeping our guarantees would cost with no library code around it."""
+    keys = [f"bench:floor:{{{x}}}:{part}" for part in ("holders", "fence", "queue")]
+    owner = self.request.id
+    meta = f"{owner}|{self.request.hostname}|{os.getpid()}"
+    if not _floor_script(floors.GUARANTEED_ACQ)(keys, [owner, FLOOR_TTL_MS, meta]):
+        raise RuntimeError(f"floor lock {x} taken")
+    _done(counter, n)
+    _floor_script(floors.GUARANTEED_REL)(keys, [owner])
+
+
+def _guard_keys(x: int, task_id: str) -> list[str]:
+    base = f"bench:guard:{{{x}}}"
+    return [
+        *(f"{base}:{part}" for part in floors.GUARD_KEYS),
+        "bench:guard:{index}",
+        f"bench:guard:revoked:{task_id}",
+    ]
+
+
+@app.task(name="bench.floor_parked", bind=True)
+def floor_parked(self: Any, x: int, counter: str, n: int, token: int = 0) -> None:
+    """The guarded park floor's start and end (``floors.GUARD_START``/``_END``)
+    around a plain body, a key per call (nothing is ever parked)."""
+    keys, owner = _guard_keys(x, self.request.id), self.request.id
+    start = [owner, token, owner, floors.GUARD_TTL_MS]
+    if _floor_script(floors.GUARD_START)(keys, start) != 1:
+        raise RuntimeError(f"floor park {x}: stale or revoked")
+    _done(counter, n)
+    end = [owner, 1, floors.GUARD_DEADLINE_MS, str(x)]
+    if _floor_script(floors.GUARD_END)(keys, end):
+        raise RuntimeError(f"floor park {x}: a call was parked behind a key of its own")
+
+
+class FloorParkSender:
+    """``apply_async`` of ``floor_parked``: the guarded park floor's enqueue
+    (``floors.GUARD_ENQUEUE``) in the caller, then the publish with its token."""
+
+    name = floor_parked.name
+
+    def apply_async(self, args: Any, queue: str, producer: Any = None) -> None:
+        task_id = uuid.uuid4().hex
+        payload = json.dumps([task_id, list(args), queue])
+        enqueue = [task_id, 1, payload, floors.GUARD_DEADLINE_MS, str(args[0])]
+        token = int(_floor_script(floors.GUARD_ENQUEUE)(_guard_keys(args[0], ""), enqueue))
+        if token <= 0:
+            raise RuntimeError(f"floor park {args[0]}: not reserved ({token})")
+        floor_parked.apply_async([*args, token], queue=queue, producer=producer, task_id=task_id)
+
+
+floor_park_sender = FloorParkSender()
 
 
 def _hang(x: str) -> None:

@@ -36,6 +36,10 @@ CONTROL = "plain Task + 2 PINGs (control)"
 CALL_CONTROL_LOCK = "control: plain + 1 PING before and after the body"
 CALL_CONTROL_PARK = "control: plain + 1 PING in the caller + 2 in the worker"
 CALL_LOCKED = "LockedTask, a key per call"
+# The floors of the same round trips (benchmarks.floors): the least scripts that
+# keep a lock's, and a park's, core guarantees, with no library code around them.
+CALL_FLOOR_LOCK = "floor: plain + the guaranteed lock scripts around the body"
+CALL_FLOOR_PARK = "floor: plain + the guarded park's scripts (1 in the caller, 2 in the worker)"
 CALL_PARK = "SemaphoreTask (park), a key per call"
 
 
@@ -138,15 +142,18 @@ def _calls_run(
     counter = f"bench:done:{queue}"
     celery_app.control.add_consumer(queue, destination=[worker.name], reply=True, timeout=10)
     common.reset_stats(admin)
-    redis_cpu = common.server_cpu(admin)
+    redis_cpu, worker_cpu = common.server_cpu(admin), _worker_cpu(worker.proc.pid)
+    caller_cpu = time.process_time()
     first_send = time.time()
     with celery_app.producer_or_acquire() as producer:
         for i in range(n):
             for _ in range(caller_pings):
                 pinger.ping()
             task.apply_async((i, counter, n), queue=queue, producer=producer)
+    caller_cpu = time.process_time() - caller_cpu
     wait(lambda: admin.get(counter + ":last") is not None, 300, f"{n} {task.name} calls")
     redis_cpu = common.server_cpu(admin) - redis_cpu
+    worker_after = _worker_cpu(worker.proc.pid)
     calls = common.command_calls(admin)
     celery_app.control.cancel_consumer(queue, destination=[worker.name], reply=True, timeout=10)
     last = float(admin.get(counter + ":last"))
@@ -156,6 +163,11 @@ def _calls_run(
         "server_cmds_per_task": sum(calls.values()) / n,
         "evalsha_per_task": calls.get("evalsha", 0) / n,
         "redis_cpu_us": 1e6 * redis_cpu / n,
+        # the publishing loop only (this process also waits and polls after it)
+        "caller_cpu_us": 1e6 * caller_cpu / n,
+        "worker_cpu_us": None
+        if worker_cpu is None or worker_after is None
+        else 1e6 * (worker_after - worker_cpu) / n,
     }
 
 
@@ -167,8 +179,10 @@ def per_call(
     variants = {  # name: (task, PINGs the caller sends before each publish)
         "plain Task": (bench_app.plain, 0),
         CALL_CONTROL_LOCK: (bench_app.two_pings, 0),
+        CALL_FLOOR_LOCK: (bench_app.floor_locked, 0),
         CALL_LOCKED: (bench_app.locked, 0),
         CALL_CONTROL_PARK: (bench_app.two_pings, 1),
+        CALL_FLOOR_PARK: (bench_app.floor_park_sender, 0),
         CALL_PARK: (bench_app.sem_one, 0),
     }
     for task, pings in variants.values():  # warm up
@@ -181,11 +195,18 @@ def per_call(
                 _calls_run(celery_app, worker, task, params.calls, admin, pings, pinger)
             )
     rows = {name: common.median_of_runs(r) for name, r in runs.items()}
+
+    def ratio(kind: str, base: str) -> float:
+        return float(rows[kind]["calls_per_s"] / rows[base]["calls_per_s"])
+
     return {
         "rows": rows,
-        "locked_vs_control": rows[CALL_LOCKED]["calls_per_s"]
-        / rows[CALL_CONTROL_LOCK]["calls_per_s"],
-        "park_vs_control": rows[CALL_PARK]["calls_per_s"] / rows[CALL_CONTROL_PARK]["calls_per_s"],
+        "locked_vs_control": ratio(CALL_LOCKED, CALL_CONTROL_LOCK),
+        "park_vs_control": ratio(CALL_PARK, CALL_CONTROL_PARK),
+        "floor_lock_vs_control": ratio(CALL_FLOOR_LOCK, CALL_CONTROL_LOCK),
+        "floor_park_vs_control": ratio(CALL_FLOOR_PARK, CALL_CONTROL_PARK),
+        "locked_vs_floor": ratio(CALL_LOCKED, CALL_FLOOR_LOCK),
+        "park_vs_floor": ratio(CALL_PARK, CALL_FLOOR_PARK),
     }
 
 

@@ -38,6 +38,8 @@ from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.core.scripts import LuaScript
 from celery_redislock.testing.servers import RedisServer
 
+from .floors import GUARANTEED_ACQ, GUARANTEED_REL
+
 TTL = 30
 
 FLOOR_SET = "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])"
@@ -57,30 +59,6 @@ if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 return redis.call('HDEL', KEYS[1], 'o', 'm')
 """
 
-# The least a script pair can do and still keep our guarantees on the
-# uncontended path: Redis TIME, no barging past a queue, a fencing token that
-# survives the key (SET ... GET on a fence key, never below Redis time), holder
-# metadata with its expiry, a server-side TTL; holders in one hash (not our
-# ZSET + HASH).  The release decides "held" from the key's own TTL, without TIME.
-GUARANTEED_ACQ = """
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if redis.call('EXISTS', KEYS[1], KEYS[3]) > 0 then return 0 end
-local last = tonumber(redis.call('SET', KEYS[2], now_us, 'PX', 600000, 'GET') or '0')
-local token = now_us
-if last >= now_us then token = last + 1 end
-redis.call('HSET', KEYS[1], ARGV[1],
-  string.format('%d:%d:', token, math.floor(now_us / 1000) + ARGV[2]) .. ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return token
-"""
-GUARANTEED_REL = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-if redis.call('HLEN', KEYS[1]) == 1 and redis.call('EXISTS', KEYS[2]) == 0 then
-  return redis.call('DEL', KEYS[1])
-end
-return redis.call('HDEL', KEYS[1], ARGV[1])
-"""
 
 Cycle = Callable[[], None]
 

@@ -167,8 +167,10 @@ def test_celery_part(server: RedisServer) -> None:
     assert set(calls) == {
         "plain Task",
         celery_bench.CALL_CONTROL_LOCK,
+        celery_bench.CALL_FLOOR_LOCK,
         celery_bench.CALL_LOCKED,
         celery_bench.CALL_CONTROL_PARK,
+        celery_bench.CALL_FLOOR_PARK,
         celery_bench.CALL_PARK,
     }
     assert all(row["calls_per_s"] > 0 for row in calls.values())
@@ -176,7 +178,11 @@ def test_celery_part(server: RedisServer) -> None:
     assert calls[celery_bench.CALL_LOCKED]["evalsha_per_task"] == pytest.approx(2, abs=0.5)
     assert calls[celery_bench.CALL_PARK]["evalsha_per_task"] >= 2.5
     assert calls[celery_bench.CALL_CONTROL_PARK]["evalsha_per_task"] < 0.5
+    # the floors run their own scripts: two in the worker, and the park's one in the caller
+    assert calls[celery_bench.CALL_FLOOR_LOCK]["evalsha_per_task"] == pytest.approx(2, abs=0.5)
+    assert calls[celery_bench.CALL_FLOOR_PARK]["evalsha_per_task"] == pytest.approx(3, abs=0.5)
     assert "a key per call" in report.celery_section(result)
+    assert "the guarded park's floor" in report.celery_section(result)
     hb = result["heartbeat"]
     assert hb["refresh_calls"] >= 1 and hb["lost"] == 0
     assert hb["refresh_calls"] < hb["leases"]  # batched: not one call per lease
