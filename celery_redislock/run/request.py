@@ -126,7 +126,7 @@ class ChildWatcher:
         self.children: dict[int, None] = {}
 
     def watch(self, request: LockRequest, *, renew: bool = True) -> None:
-        watched = _Watched(request, _renewals_of(request) if renew else [])
+        watched = _Watched(request, renew)
         with self._lock:
             self._requests[id(request)] = watched
             self.children.pop(request.worker_pid, None)
@@ -166,6 +166,11 @@ class ChildWatcher:
                     if gone[pid]:
                         request._redislock_cleanup("worker lost")
                     continue
+                if watched.renewals is None:  # names not built yet: see _Watched
+                    if now < watched.first_renewal_at:
+                        pause = min(pause, max(self.MIN_INTERVAL, watched.first_renewal_at - now))
+                        continue
+                    watched.renewals = _renewals_of(request, watched.first_renewal_at)
                 for renewal in watched.renewals:
                     if now >= renewal.next_at:
                         due.append(renewal)
@@ -179,36 +184,59 @@ class ChildWatcher:
 class _Renewal:
     """What the main process needs to renew one running task's leases."""
 
-    def __init__(self, task: Any, app: Any, name: str, prefix: str, ttl: float) -> None:
+    def __init__(
+        self, task: Any, app: Any, name: str, prefix: str, ttl: float, next_at: float
+    ) -> None:
         self.task = task
         self.app = app
         self.name = name
         self.prefix = prefix
         self.interval = ttl / 3
-        self.next_at = time.monotonic() + self.interval
+        self.next_at = next_at
 
 
 class _Watched:
-    def __init__(self, request: LockRequest, renewals: list[_Renewal]) -> None:
+    """A running guarded task and its renewals.
+
+    The lock names are built only when the first renewal falls due (a third
+    of the TTL after the task was accepted): most tasks end before, and
+    building a name (binding the call's arguments to the task's signature)
+    is most of what watching costs the main process per task.
+    """
+
+    def __init__(self, request: LockRequest, renew: bool) -> None:
         self.request = request
-        self.renewals = renewals
+        #: None until first_renewal_at, then one per lease to renew
+        self.renewals: list[_Renewal] | None = None if renew else []
+        self.first_renewal_at = time.monotonic() + _ttl_of(request) / 3 if renew else math.inf
 
 
-def _renewals_of(request: LockRequest) -> list[_Renewal]:
-    """How to renew ``request``'s leases: its own name's and its listed
-    limits' (``limits=``); none when its name cannot be built."""
+def _ttl_of(request: LockRequest) -> float:
+    """The TTL of ``request``'s leases: the call's, the task's, else the app's default."""
     task = request.task
     try:
-        name = task.redislock_name(request.args, request.kwargs)
         ttl = request.request_dict.get(HEADER_TTL) or task._redislock_ttl_option()
         if ttl is None:
             ttl = client_for(task.app)[1].default_ttl
+        return float(ttl)
+    except Exception as exc:  # checked at the call and in the child too: nothing to renew
+        log.debug("%s[%s]: no renewal from the main process: %r", task.name, request.id, exc)
+        return math.inf
+
+
+def _renewals_of(request: LockRequest, next_at: float) -> list[_Renewal]:
+    """How to renew ``request``'s leases, first at ``next_at``: its own name's
+    and its listed limits' (``limits=``); none when its name cannot be built."""
+    task = request.task
+    try:
+        name = task.redislock_name(request.args, request.kwargs)
         names = [name, *renewal_names(task, request.args, request.kwargs)]
     except Exception as exc:  # bad arguments: the body never acquires either
         log.debug("%s[%s]: no renewal from the main process: %r", task.name, request.id, exc)
         return []
     prefix = execution_prefix(request.id, request.worker_pid)
-    return [_Renewal(task, task.app, n, prefix, float(ttl)) for n in names]
+    ttl = _ttl_of(request)
+    return [_Renewal(task, task.app, n, prefix, ttl, next_at) for n in names]
 
 
 class _Renewer:
