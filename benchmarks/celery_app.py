@@ -113,7 +113,7 @@ def floor_locked(self: Any, x: int, counter: str, n: int) -> None:
     if not _floor_script(floors.GUARANTEED_ACQ)(keys, [owner, FLOOR_TTL_MS, meta]):
         raise RuntimeError(f"floor lock {x} taken")
     _done(counter, n)
-    _floor_script(floors.GUARANTEED_REL)(keys, [owner])
+    _floor_script(floors.GUARANTEED_REL)([keys[0], keys[2]], [owner])  # holders, queue
 
 
 def _guard_keys(x: int, task_id: str) -> list[str]:

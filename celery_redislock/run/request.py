@@ -152,6 +152,7 @@ class ChildWatcher:
                 entries = list(self._requests.items())
             gone: dict[int, bool] = {}  # one /proc read per child, not per task
             due: list[_Renewal] = []
+            unbuilt: list[_Watched] = []  # first renewal due, names not built (see _Watched)
             now = time.monotonic()
             pause = self.INTERVAL
             for key, watched in entries:
@@ -166,42 +167,46 @@ class ChildWatcher:
                     if gone[pid]:
                         request._redislock_cleanup("worker lost")
                     continue
-                if watched.renewals is None:  # names not built yet: see _Watched
-                    if now < watched.first_renewal_at:
-                        pause = min(pause, max(self.MIN_INTERVAL, watched.first_renewal_at - now))
-                        continue
-                    watched.renewals = _renewals_of(request, watched.first_renewal_at)
-                for renewal in watched.renewals:
+                renewals = watched.renewals
+                if renewals is None:
+                    if now >= watched.first_renewal_at:
+                        unbuilt.append(watched)
+                    at = watched.first_renewal_at
+                    pause = min(pause, max(self.MIN_INTERVAL, at - now))
+                    continue
+                for renewal in renewals:
                     if now >= renewal.next_at:
                         due.append(renewal)
                     pause = min(pause, max(self.MIN_INTERVAL, renewal.next_at - now))
-            if due:
+            if due or unbuilt:
                 if self._renewer is None:
                     self._renewer = _Renewer(self)
-                self._renewer.submit(due)
+                self._renewer.submit(due, unbuilt)
 
 
 class _Renewal:
     """What the main process needs to renew one running task's leases."""
 
-    def __init__(
-        self, task: Any, app: Any, name: str, prefix: str, ttl: float, next_at: float
-    ) -> None:
+    def __init__(self, task: Any, app: Any, name: str, prefix: str, ttl: float) -> None:
         self.task = task
         self.app = app
         self.name = name
         self.prefix = prefix
         self.interval = ttl / 3
-        self.next_at = next_at
+        self.next_at = time.monotonic() + self.interval
 
 
 class _Watched:
     """A running guarded task and its renewals.
 
     The lock names are built only when the first renewal falls due (a third
-    of the TTL after the task was accepted): most tasks end before, and
-    building a name (binding the call's arguments to the task's signature)
-    is most of what watching costs the main process per task.
+    of the TTL after the task was accepted), on the renewer's I/O thread:
+    most tasks end before, building a name (binding the call's arguments to
+    the task's signature) was most of what watching cost the main process
+    per task, and a ``lock_key`` callable (user code) that blocks there
+    holds up the renewals, not the watch that cleans up after lost children
+    (the clean-up of a lost child builds its names again, on the watch's
+    thread).
     """
 
     def __init__(self, request: LockRequest, renew: bool) -> None:
@@ -224,9 +229,10 @@ def _ttl_of(request: LockRequest) -> float:
         return math.inf
 
 
-def _renewals_of(request: LockRequest, next_at: float) -> list[_Renewal]:
-    """How to renew ``request``'s leases, first at ``next_at``: its own name's
-    and its listed limits' (``limits=``); none when its name cannot be built."""
+def _renewals_of(request: LockRequest) -> list[_Renewal]:
+    """How to renew ``request``'s leases (each next due an interval from now):
+    its own name's and its listed limits' (``limits=``); none when its name
+    cannot be built."""
     task = request.task
     try:
         name = task.redislock_name(request.args, request.kwargs)
@@ -236,7 +242,7 @@ def _renewals_of(request: LockRequest, next_at: float) -> list[_Renewal]:
         return []
     prefix = execution_prefix(request.id, request.worker_pid)
     ttl = _ttl_of(request)
-    return [_Renewal(task, task.app, n, prefix, ttl, next_at) for n in names]
+    return [_Renewal(task, task.app, n, prefix, ttl) for n in names]
 
 
 class _Renewer:
@@ -256,15 +262,20 @@ class _Renewer:
         self._future: Future[None] | None = None
         self._warned_at: dict[str, float] = {}  # name -> when its failure was last a WARNING
 
-    def submit(self, due: list[_Renewal]) -> None:
+    def submit(self, due: list[_Renewal], unbuilt: list[_Watched]) -> None:
+        """Renew ``due``, and ``unbuilt`` (names not built yet) for the first time."""
         if self._future is not None and not self._future.done():
             return
         now = time.monotonic()
         for renewal in due:
             renewal.next_at = now + renewal.interval
-        self._future = self._pool.submit(self._renew, due)
+        self._future = self._pool.submit(self._renew, due, unbuilt)
 
-    def _renew(self, due: list[_Renewal]) -> None:
+    def _renew(self, due: list[_Renewal], unbuilt: list[_Watched]) -> None:
+        for watched in unbuilt:
+            if watched.renewals is None:  # else built by an earlier batch, and renewed then
+                watched.renewals = _renewals_of(watched.request)
+                due = [*due, *watched.renewals]
         groups: dict[tuple[int, str], list[_Renewal]] = {}
         for renewal in due:
             groups.setdefault((id(renewal.app), renewal.name), []).append(renewal)

@@ -241,6 +241,30 @@ def test_child_sigkill_released_by_main_process_within_a_second_or_so(
     assert result.state == "FAILURE" and type(result.result).__name__ == "WorkerLostError"
 
 
+def test_a_lock_key_callable_blocking_the_main_process_renewer_does_not_stop_the_clean_up(
+    app: Any, worker: WorkerProcess, key: str
+) -> None:
+    """The main process builds a running task's names for its renewals when
+    the first renewal falls due (a third of the TTL), on a thread of its own:
+    a ``lock_key`` callable that blocks there holds up renewals, not the
+    watch that releases a dead child's lease."""
+    prefix = app.conf.redislock_prefix
+    result = app.tasks["basic.renewer_blocker"].delay(key, 60)
+    try:
+        start = wait_until_running(app, "renewer_blocker", key)
+        blocked = f"{prefix}:renewer_blocked:{key}"
+        blocker = wait_for(lambda: app.recorder.client.get(blocked), 30, message="a blocked key")
+        assert int(blocker) == worker.pid  # in the main process, not the child
+        os.kill(start["pid"], signal.SIGKILL)
+        # A release by the main process, with its lock_released signal (the
+        # lease left to expire, 3 s after the child's last renewal, sends none).
+        wait_for(lambda: not holders(app, "basic.sleeper", key), 10, message="release")
+        rels = wait_for(lambda: released(app, result.id), 10, message="lock_released")
+        assert [(rel["reason"], rel["pid"]) for rel in rels] == [("worker lost", worker.pid)]
+    finally:
+        app.recorder.client.set(f"{prefix}:gate:{key}", 1)  # the renewer goes on
+
+
 def test_raise_policy_per_call(app: Any, worker: WorkerProcess, key: str) -> None:
     sleeper = app.tasks["basic.sleeper"]
     first = sleeper.delay(key, 3)

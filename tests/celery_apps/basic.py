@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -691,6 +692,32 @@ def create_app(config: dict[str, str]) -> Celery:
         holders = self.redislock_leaseset(self.redislock_name((key,), {})).keys.holders
         rec.client.delete(holders)
         return bool(self.request.redislock.owned())
+
+    def renewer_blocking_key(args: Any, kwargs: Any) -> str:
+        """``sleep:<key>``; built the first time on a thread other than a
+        process's main one (in the worker main process, for the renewals),
+        it blocks that thread until the test opens the key's gate (60 s at
+        most)."""
+        key = args[0] if args else kwargs["key"]
+        blocked = f"{prefix}:renewer_blocked:{key}"
+        if threading.current_thread() is not threading.main_thread() and rec.client.set(
+            blocked, os.getpid(), nx=True
+        ):
+            deadline = time.monotonic() + 60
+            while not rec.client.exists(f"{prefix}:gate:{key}") and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return f"sleep:{key}"
+
+    @app.task(
+        shared=False,
+        bind=True,
+        base=LockedTask,
+        name="basic.renewer_blocker",
+        lock_key=renewer_blocking_key,
+        lock_ttl=3,
+    )
+    def renewer_blocker(self: Any, key: Any, duration: float = 1.0) -> Any:
+        return body(self, key, duration)
 
     for lib_signal in (
         signals.lock_acquired,
