@@ -411,34 +411,3 @@ def run(url: str, params: CeleryParams, log: Any = print) -> dict[str, Any]:
     finally:
         worker.stop()
     return results
-
-
-def main() -> int:
-    """``python -m benchmarks.celery_bench``: the per-call part alone, its table printed."""
-    import argparse
-
-    from celery_redislock.testing.servers import redis_url
-
-    from . import report
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--runs", type=int, default=CeleryParams.runs)
-    parser.add_argument("--calls", type=int, default=CeleryParams.calls, help="per kind and run")
-    args = parser.parse_args()
-    params = CeleryParams(runs=args.runs, calls=args.calls)
-    with redis_url() as url:
-        os.environ["BENCH_REDIS_URL"] = url  # before the app module reads it
-        from . import celery_app as bench_app
-
-        worker = Worker("benchmarks.celery_app", url, "ctl,crash", params.concurrency)
-        try:
-            worker.wait_ready()
-            calls = per_call(url, worker, params, common.client(url), bench_app, print)
-        finally:
-            worker.stop()
-    print(report.celery_section({"params": params.__dict__, "calls": calls}))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
