@@ -213,7 +213,8 @@ class _Watched:
         self.request = request
         #: None until first_renewal_at, then one per lease to renew
         self.renewals: list[_Renewal] | None = None if renew else []
-        self.first_renewal_at = time.monotonic() + _ttl_of(request) / 3 if renew else math.inf
+        self.ttl = _ttl_of(request) if renew else math.inf
+        self.first_renewal_at = time.monotonic() + self.ttl / 3
 
 
 def _ttl_of(request: LockRequest) -> float:
@@ -229,10 +230,10 @@ def _ttl_of(request: LockRequest) -> float:
         return math.inf
 
 
-def _renewals_of(request: LockRequest) -> list[_Renewal]:
-    """How to renew ``request``'s leases (each next due an interval from now):
-    its own name's and its listed limits' (``limits=``); none when its name
-    cannot be built."""
+def _renewals_of(request: LockRequest, ttl: float) -> list[_Renewal]:
+    """How to renew ``request``'s leases of ``ttl`` (each next due an interval
+    from now): its own name's and its listed limits' (``limits=``); none when
+    its name cannot be built."""
     task = request.task
     try:
         name = task.redislock_name(request.args, request.kwargs)
@@ -241,7 +242,6 @@ def _renewals_of(request: LockRequest) -> list[_Renewal]:
         log.debug("%s[%s]: no renewal from the main process: %r", task.name, request.id, exc)
         return []
     prefix = execution_prefix(request.id, request.worker_pid)
-    ttl = _ttl_of(request)
     return [_Renewal(task, task.app, n, prefix, ttl) for n in names]
 
 
@@ -274,7 +274,7 @@ class _Renewer:
     def _renew(self, due: list[_Renewal], unbuilt: list[_Watched]) -> None:
         for watched in unbuilt:
             if watched.renewals is None:  # else built by an earlier batch, and renewed then
-                watched.renewals = _renewals_of(watched.request)
+                watched.renewals = _renewals_of(watched.request, watched.ttl)
                 due = [*due, *watched.renewals]
         groups: dict[tuple[int, str], list[_Renewal]] = {}
         for renewal in due:
