@@ -119,7 +119,7 @@ def _throughput_run(
     return {
         "tasks_per_s": (n - 1) / max(last - first, 1e-9),
         "server_cmds_per_task": sum(calls.values()) / n,
-        "evalsha_per_task": calls.get("evalsha", 0) / n,
+        "script_calls_per_task": common.script_calls(calls) / n,
         "redis_cpu_us": 1e6 * redis_cpu / n,
         "worker_cpu_us": None
         if worker_cpu is None or worker_after is None
@@ -161,7 +161,7 @@ def _calls_run(
     return {
         "calls_per_s": n / max(last - first_send, 1e-9),
         "server_cmds_per_task": sum(calls.values()) / n,
-        "evalsha_per_task": calls.get("evalsha", 0) / n,
+        "script_calls_per_task": common.script_calls(calls) / n,
         "redis_cpu_us": 1e6 * redis_cpu / n,
         # the publishing loop only (this process also waits and polls after it)
         "caller_cpu_us": 1e6 * caller_cpu / n,
@@ -243,7 +243,7 @@ def heartbeat_cost(url: str, params: CeleryParams, admin: Any) -> dict[str, Any]
             with contextlib.suppress(Exception):
                 lease.release()
     interval = params.heartbeat_ttl / 3
-    refreshes = calls.get("evalsha", 0) + calls.get("eval", 0)
+    refreshes = common.script_calls(calls)
     return {
         "leases": params.heartbeat_leases,
         "ttl_s": params.heartbeat_ttl,

@@ -90,6 +90,16 @@ def server_cpu(conn: redis.Redis) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
+#: The commands that run one of our scripts: ``FCALL`` where the server has
+#: Functions, ``EVALSHA`` (and ``EVAL``) elsewhere (core/scripts.py).
+SCRIPT_COMMANDS = ("fcall", "evalsha", "eval")
+
+
+def script_calls(calls: dict[str, int]) -> int:
+    """How many script calls ``calls`` (from :func:`command_calls`) holds."""
+    return sum(calls.get(command, 0) for command in SCRIPT_COMMANDS)
+
+
 def command_calls(conn: redis.Redis) -> dict[str, int]:
     """Calls per command since the last reset, without INFO/CONFIG themselves.
 

@@ -198,7 +198,7 @@ def run_policy(
         calls["incr"] = calls.get("incr", 0) - done
         calls["llen"] = calls.get("llen", 0) - sampler.llen_calls - 1
         result["redis_cmds_per_task"] = sum(calls.values()) / max(done, 1)
-        result["evalsha_per_task"] = (calls.get("evalsha", 0) + calls.get("eval", 0)) / max(done, 1)
+        result["script_calls_per_task"] = common.script_calls(calls) / max(done, 1)
         admin.delete(done_key)
     except Exception:
         result["missing"] = worker.tail()

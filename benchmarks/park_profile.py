@@ -35,7 +35,10 @@ IDLE = 10.0
 def _scripts() -> dict[str, str]:
     from celery_redislock.core import scripts
 
-    return {s.sha: s.name for s in vars(scripts).values() if isinstance(s, scripts.LuaScript)}
+    found = [s for s in vars(scripts).values() if isinstance(s, scripts.LuaScript)]
+    names = {s.sha: s.name for s in found}  # EVALSHA <sha>
+    names.update({scripts.LIBRARY.function(s.name).lower(): s.name for s in found})  # FCALL <name>
+    return names
 
 
 class Monitor(threading.Thread):
@@ -55,7 +58,7 @@ class Monitor(threading.Thread):
                 parts = entry["command"].split(" ")
                 command = parts[0].upper()
                 arg = parts[1] if len(parts) > 1 else ""
-                arg2 = parts[3] if len(parts) > 3 else ""  # EVALSHA sha numkeys KEY1
+                arg2 = parts[3] if len(parts) > 3 else ""  # EVALSHA/FCALL sha/name numkeys KEY1
                 self.lines.append((entry["client_type"] == "lua", command, arg, arg2))
 
 
@@ -71,8 +74,8 @@ def classify(lines: list[tuple[bool, str, str, str]], prefix: str) -> dict[str, 
             inner[current] += 1
             by_command[(current, command)] += 1
             continue
-        if command in ("EVALSHA", "EVAL"):
-            current = names.get(arg, "EVAL" if command == "EVAL" else arg[:8])
+        if command in ("EVALSHA", "EVAL", "FCALL"):
+            current = names.get(arg.lower(), "EVAL" if command == "EVAL" else arg[:8])
             calls[current] += 1
         elif arg.startswith((f"{prefix}:rec:", f"{prefix}:signals", f"{prefix}:gate")):
             other["test recorder: " + command] += 1

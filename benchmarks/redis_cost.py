@@ -9,7 +9,8 @@ Contenders: redis-py's ``Lock``, our ``RedisLock`` and ``FairSemaphore``
 (limit 5), python-redis-lock, pottery, and three floor controls: a script pair
 doing the least a lock can (``SET NX PX`` in a script + GET/DEL-if-equal),
 the same with owner, meta and token in one hash, and the least that keeps
-our guarantees (``GUARANTEED_ACQ`` / ``GUARANTEED_REL``).
+our guarantees (``GUARANTEED_ACQ`` / ``GUARANTEED_REL``), by EVALSHA and, on a
+server with Functions, as functions (as ours run there).
 
 Also the contended path: ``threads`` threads share one of our locks and
 acquire (blocking, FIFO) / release in a loop; Redis CPU per acquisition.
@@ -38,6 +39,7 @@ from celery_redislock.core.keys import LeaseKeys
 from celery_redislock.core.scripts import LuaScript
 from celery_redislock.testing.servers import RedisServer
 
+from . import common
 from .floors import GUARANTEED_ACQ, GUARANTEED_REL
 
 TTL = 30
@@ -196,6 +198,22 @@ def _contenders(url: str, baselines: list[str]) -> dict[str, Cycle]:
         g_rel(keys=[gkeys[0], gkeys[2]], args=[owner])
 
     out["floor: our guarantees, holders in one hash"] = floor_guaranteed
+    if int(str(floor_conn.info("server")["redis_version"]).split(".")[0]) >= 7:
+        # the same floor as Redis Functions, as ours run on such a server (core/scripts.py)
+        library = "#!lua name=bench_floor\n" + "".join(
+            f"redis.register_function('bench_floor_{op}', function(KEYS, ARGV)\n{text}\nend)\n"
+            for op, text in (("acq", GUARANTEED_ACQ), ("rel", GUARANTEED_REL))
+        )
+        floor_conn.function_load(library, replace=True)
+
+        def floor_functions() -> None:
+            owner = uuid.uuid4().hex
+            meta = '{"host": "x", "pid": 1}'
+            if not floor_conn.fcall("bench_floor_acq", 3, *gkeys, owner, TTL * 1000, meta):
+                raise RuntimeError("guaranteed floor (functions): not acquired")
+            floor_conn.fcall("bench_floor_rel", 2, gkeys[0], gkeys[2], owner)
+
+        out["floor: our guarantees, as functions"] = floor_functions
     for ref in baselines:
         for limit in (1, 5):
             label, cycle = _scripts_at(url, ref, limit, "ours")
@@ -249,15 +267,15 @@ def uncontended(
     for name, t in totals.items():
         n = t["cycles"]
         per_cycle = {c: k / n for c, k in t["calls"].items() if k}
-        evalsha = t["calls"].get("evalsha", 0) + t["calls"].get("eval", 0)
+        scripted = sum(t["calls"].get(c, 0) for c in common.SCRIPT_COMMANDS)
         result[name] = {
             "cycles": n,
             "redis_cpu_us": 1e6 * t["cpu"] / n,
             "cycles_per_s": n / t["elapsed"],
             "calls_per_cycle": per_cycle,
-            "evalsha_usec_per_call": (
-                (t["usec"].get("evalsha", 0.0) + t["usec"].get("eval", 0.0)) / evalsha
-                if evalsha
+            "script_usec_per_call": (
+                sum(t["usec"].get(c, 0.0) for c in common.SCRIPT_COMMANDS) / scripted
+                if scripted
                 else None
             ),
         }
@@ -326,13 +344,13 @@ def section(r: dict[str, Any]) -> str:
     ref = un["redis-py Lock"]
     lines = [
         "### Redis cost per uncontended acquire + release (one process, interleaved slices)\n",
-        "| contender | Redis CPU µs / cycle | x redis-py | EVALSHA µs / call | cycles/s "
+        "| contender | Redis CPU µs / cycle | x redis-py | script µs / call | cycles/s "
         "| x redis-py | Redis commands / cycle (incl. inside Lua) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, row in un.items():
-        ev = row["evalsha_usec_per_call"]
-        calls = sum(v for c, v in row["calls_per_cycle"].items() if c not in ("evalsha", "eval"))
+        ev = row["script_usec_per_call"]
+        calls = sum(v for c, v in row["calls_per_cycle"].items() if c not in common.SCRIPT_COMMANDS)
         cpu = row["redis_cpu_us"]
         lines.append(
             f"| {name} | {cpu:.1f} | {cpu / ref['redis_cpu_us']:.2f} "
@@ -376,10 +394,10 @@ def main(argv: list[str] | None = None) -> None:
     ref = un["redis-py Lock"]
     print(
         f"{'contender':40} {'Redis CPU us/cycle':>19} {'x redis-py':>10} "
-        f"{'evalsha us':>10} {'cycles/s':>9} {'x':>5}  calls per cycle"
+        f"{'script us':>10} {'cycles/s':>9} {'x':>5}  calls per cycle"
     )
     for name, row in un.items():
-        ev = row["evalsha_usec_per_call"]
+        ev = row["script_usec_per_call"]
         calls = " ".join(f"{c}={v:.2g}" for c, v in sorted(row["calls_per_cycle"].items()))
         print(
             f"{name:40} {row['redis_cpu_us']:19.1f} "

@@ -137,7 +137,7 @@ def locks_section(r: dict[str, Any]) -> str:
         f"few hand-offs to measure, and starves the other processes instead.\n\n"
         f"#### Locks: fairness under contention ({p['fair_procs']} processes, "
         f"{p['fair_hold'] * 1000:g} ms hold, {p['fair_s']:g} s)\n\n{fair}\n"
-        "'Commands sent' counts what the clients sent (an EVALSHA is one); "
+        "'Commands sent' counts what the clients sent (a script call, FCALL or EVALSHA, is one); "
         "`INFO commandstats` also counts the commands a Lua script runs inside Redis.\n" + crash
     )
 
@@ -239,7 +239,7 @@ def celery_section(r: dict[str, Any]) -> str:
                 name,
                 _fmt(v["tasks_per_s"]),
                 _ratio(v["tasks_per_s"], base) if base else "-",
-                _fmt(v["evalsha_per_task"], 2),
+                _fmt(v["script_calls_per_task"], 2),
                 _fmt(v["server_cmds_per_task"], 1),
                 _fmt(v["extra_cmds_per_task"], 1),
                 _fmt(v.get("worker_cpu_us"), 0),
@@ -257,7 +257,7 @@ def celery_section(r: dict[str, Any]) -> str:
                     "task base",
                     "tasks/s",
                     "vs plain Task",
-                    "lock round trips / task (EVALSHA)",
+                    "lock round trips / task (script calls)",
                     "Redis command calls / task (broker + lock, incl. inside Lua)",
                     "extra vs plain",
                     "worker CPU µs / task (main + children)",
@@ -279,7 +279,7 @@ def celery_section(r: dict[str, Any]) -> str:
             [
                 name,
                 _fmt(v["calls_per_s"]),
-                _fmt(v["evalsha_per_task"], 2),
+                _fmt(v["script_calls_per_task"], 2),
                 _fmt(v["server_cmds_per_task"], 1),
                 _fmt(v.get("redis_cpu_us"), 0),
                 _fmt(v.get("caller_cpu_us"), 0),
@@ -294,7 +294,7 @@ def celery_section(r: dict[str, Any]) -> str:
                 [
                     "kind",
                     "calls/s (first send to last body)",
-                    "EVALSHA / call",
+                    "script calls / call",
                     "Redis command calls / call",
                     "Redis CPU µs / call",
                     "caller CPU µs / call (publishing)",
@@ -320,7 +320,7 @@ def celery_section(r: dict[str, Any]) -> str:
                     "interval",
                     "window",
                     "heartbeats",
-                    "renewal calls (EVALSHA)",
+                    "renewal calls (script calls)",
                     "calls per heartbeat",
                     "leases lost",
                 ],

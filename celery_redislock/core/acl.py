@@ -2,7 +2,8 @@
 
 A user for celery-redislock needs the keys ``<prefix>:*`` and the commands
 :func:`acl_rules` lists (docs/scaling.md shows them as one ``ACL SETUSER``).
-``EVALSHA``/``SCRIPT LOAD`` run the scripts, ``BLPOP`` waits for a hand-off,
+``EVALSHA``/``SCRIPT LOAD`` run the scripts (``FCALL``/``FUNCTION LOAD``, not
+required, run them as Redis Functions, see core/scripts.py), ``BLPOP`` waits for a hand-off,
 ``PING`` is the connection health check, ``WAIT`` and ``EVAL`` (of
 ``touch_fence.lua``) serve ``replicas=N``.  The rest are the commands the Lua scripts call: Redis
 checks the ACL for every command a script runs.  On a Redis Cluster, add
@@ -62,7 +63,7 @@ SCRIPT_COMMANDS = (
 _SCRIPT_DENIED = re.compile(r"can't run this command|ACL failure in script")
 # Redis: "... to access one of the keys used as arguments"; Valkey: "... to access a key".
 _KEY_DENIED = re.compile(r"\bkeys?\b")
-_SCRIPT_LINE = re.compile(r"@user_script:\s*(\d+)")
+_SCRIPT_LINE = re.compile(r"@user_(?:script|function):\s*(\d+)")
 _CALL = re.compile(r"redis\.call\('(\w+)'")
 
 

@@ -50,7 +50,6 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     ConnectionError,
-    NoScriptError,
     TimeoutError,
     TryAgainError,
 )
@@ -156,16 +155,8 @@ def _refresh_on_cluster(client: Any, leases: list[Lease], ttls: list[float]) -> 
 def _pipeline_on(
     node_client: Any, leases: list[Lease], ttls: list[float], indexes: list[int]
 ) -> Any:
-    for attempt in (1, 2):
-        pipe = node_client.pipeline(transaction=False)
-        for i in indexes:
-            REFRESH.queue(pipe, _refresh_keys(leases[i]), [leases[i].owner, _ms(ttls[i])])
-        replies = pipe.execute(raise_on_error=False)
-        if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
-            REFRESH.ensure_loaded(node_client)
-            continue
-        return replies
-    raise AssertionError("unreachable")
+    calls = [(_refresh_keys(leases[i]), [leases[i].owner, _ms(ttls[i])]) for i in indexes]
+    return REFRESH.pipelined(node_client, calls)
 
 
 def _refresh_keys(lease: Lease) -> list[str]:

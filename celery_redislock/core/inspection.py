@@ -255,11 +255,11 @@ def force_release(
 def _inspect_batch(client: Any, prefix: str, names: list[str]) -> list[Any]:
     if is_cluster(client):  # redis-py's cluster pipeline refuses scripts (8.x)
         return [INSPECT(client, LeaseKeys(prefix, n).script_keys(), []) for n in names]
-    INSPECT.ensure_loaded(client)
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        INSPECT.queue(pipe, LeaseKeys(prefix, name).script_keys(), [])
-    return list(pipe.execute())
+    replies = INSPECT.pipelined(client, [(LeaseKeys(prefix, n).script_keys(), []) for n in names])
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _state(prefix: str, name: str, reply: Any) -> LeaseSetState:

@@ -1,4 +1,4 @@
-"""The Lua scripts, loaded from ``lua/*.lua`` and run with EVALSHA.
+"""The Lua scripts, loaded from ``lua/*.lua``, run as Redis Functions or by EVALSHA.
 
 As BullMQ's commands: each operation is one script file, whose header lists
 its KEYS and ARGV, and each helper it shares with other scripts is one file
@@ -12,6 +12,21 @@ it names, and a reader of one operation reads its file and the helpers it
 lists.  This module is the only place that reads a ``.lua`` file.
 Every operation on shared state is exactly one of these scripts, so it is
 atomic and costs one round trip.
+
+**How a script runs.**  On a Redis or Valkey that has Functions (7.0+) and
+a user allowed ``FCALL`` and ``FUNCTION LOAD``, every script is a function
+of one library (:data:`LIBRARY`): the helpers are built once, when the
+library is loaded, instead of at every call, which is most of what a call
+costs before its first command (``python -m benchmarks.script_prologue``).
+Elsewhere (Redis 6.2, a ``RedisCluster`` client, an ACL that grants only ``EVALSHA``)
+the same text runs by ``EVALSHA``.  Either way one call runs the same
+statements in the same order: an include's per-call state (the call's keys,
+its Redis time, what it has read once) is set in a block between
+``--- @per_call begin`` and ``--- @per_call end``, which an ``EVALSHA``
+script runs where it stands and a function runs first, for each include the
+script names, in the same order.  Nothing else in an include may change
+between calls: outside those blocks, an include declares constants and
+functions only (tests/core/test_functions.py checks it).
 """
 
 from __future__ import annotations
@@ -34,6 +49,7 @@ __all__ = [
     "FENCED_CLAIM",
     "FENCED_WRITE",
     "INSPECT",
+    "LIBRARY",
     "LIMIT_BLOCK",
     "LIMIT_CHANGED",
     "LIMIT_CHANGED_TAKE",
@@ -63,6 +79,7 @@ __all__ = [
     "STATE_FREE",
     "STATE_HOLD",
     "TOUCH_FENCE",
+    "FunctionLibrary",
     "LuaScript",
     "text",
 ]
@@ -72,39 +89,181 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath("lua").joinpath(name).read_text("utf-8")
 
 
+# FCALL or FUNCTION itself unknown (Redis < 7.0) or denied by the ACL: nothing ran.  Only
+# these: an error from inside a function that had written could not be sent again.
+_NO_FUNCTIONS = re.compile(
+    r"unknown command [`'](?:fcall|function)[`']"
+    r"|no permissions to run the '(?:fcall|function\|load)' command",
+    re.IGNORECASE,
+)
+_FUNCTION_NOT_FOUND = re.compile(r"^Function not found", re.IGNORECASE)
+
+
+class _FunctionsUnavailable(Exception):
+    """This server or user runs no functions: the caller goes by EVALSHA."""
+
+
+def _not_loaded(reply: object) -> bool:
+    """Whether ``reply`` (an error from a script call, e.g. in a pipeline) says
+    the script or function is not loaded on the server (a restart, a flush)."""
+    return isinstance(reply, NoScriptError) or (
+        isinstance(reply, ResponseError) and bool(_FUNCTION_NOT_FOUND.search(str(reply)))
+    )
+
+
+class FunctionLibrary:
+    """The scripts as one Redis Functions library (``#!lua name=...``).
+
+    Each include is in it once, its per-call block made a function; each
+    script is a function named ``<library>_<script>`` that runs the per-call
+    blocks of what it includes, then its own text.  The library's name
+    carries a hash of its text, so two versions of this package on one server
+    never replace each other's functions.
+
+    Guaranteed: a client whose server or user cannot run functions is told
+    so by the server before anything runs (an unknown or denied command), and
+    from then on this process calls that connection pool's scripts by
+    ``EVALSHA``.  A ``RedisCluster`` client goes by ``EVALSHA``: redis-py
+    asks the server for the keys of every ``FCALL`` it routes (one more round
+    trip), and of every ``EVALSHA`` it reads them itself (the heartbeat's
+    pipelines to each node are plain clients, which use functions).  Grant a
+    restricted user both ``FCALL`` and ``FUNCTION LOAD``, or neither.
+    """
+
+    def __init__(self, names: Sequence[str], read: Callable[[str], str] = _read) -> None:
+        self.text, self.name = _library(names, read)
+        # ids of the connection pools told "no functions" (an id a later pool
+        # reuses sends that pool by EVALSHA, which always works)
+        self.refused: set[int] = set()
+
+    def function(self, script: str) -> str:
+        return f"{self.name}_{_stem(script)}"
+
+    def usable(self, client: Any) -> bool:
+        """Whether ``client`` calls functions (see the class docstring)."""
+        return id(getattr(client, "connection_pool", client)) not in self.refused and not hasattr(
+            client, "get_node_from_key"
+        )
+
+    def refuse(self, client: Any) -> None:
+        """From now on, ``client``'s connection pool goes by EVALSHA."""
+        self.refused.add(id(getattr(client, "connection_pool", client)))
+
+    def load(self, client: Any) -> None:
+        """``FUNCTION LOAD REPLACE`` (the name says the version, so it replaces
+        only itself); raises :class:`_FunctionsUnavailable` if the server or
+        user has no functions."""
+        try:
+            client.function_load(self.text, replace=True)
+        except ResponseError as exc:
+            if _NO_FUNCTIONS.search(str(exc)):
+                self.refuse(client)
+                raise _FunctionsUnavailable from exc
+            raise
+
+    def after(self, exc: ResponseError, client: Any) -> None:
+        """What an FCALL's ``exc`` means: the library is loaded again (it was
+        lost) and the caller calls again; :class:`_FunctionsUnavailable`
+        (refused, nothing ran); any other error is raised."""
+        if _FUNCTION_NOT_FOUND.search(str(exc)):
+            self.load(client)
+            return
+        if _NO_FUNCTIONS.search(str(exc)):
+            self.refuse(client)
+            raise _FunctionsUnavailable from exc
+        raise exc
+
+
 @dataclass(frozen=True)
 class LuaScript:
+    """One script: its ``EVALSHA`` text and, when it is part of ``library``,
+    its function there (see :class:`FunctionLibrary`)."""
+
     name: str
     source: str
+    library: FunctionLibrary | None = field(default=None, compare=False, repr=False)
     sha: str = field(init=False)
+    function: str = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode("utf-8")).hexdigest())
+        library = self.library
+        object.__setattr__(self, "function", library.function(self.name) if library else "")
 
     def __call__(self, client: Any, keys: Sequence[str | bytes], args: list[Any]) -> Any:
-        """Run on ``client`` (a redis-py client), loading the script on NOSCRIPT.
+        """Run on ``client`` (a redis-py client), loading the script (or the
+        library) when the server does not have it.
 
         An ACL denial is re-raised as ``NoPermissionError`` naming the command
         or keys denied (see acl.py).
         """
+        library, source = self.library, self.source
         try:
+            # FunctionLibrary.usable, written out: this is every script call's path
+            if (
+                library is not None
+                and id(getattr(client, "connection_pool", client)) not in library.refused
+                and not hasattr(client, "get_node_from_key")
+            ):
+                source = library.text
+                try:
+                    return client.fcall(self.function, len(keys), *keys, *args)
+                except ResponseError as exc:
+                    try:
+                        library.after(exc, client)
+                        return client.fcall(self.function, len(keys), *keys, *args)
+                    except _FunctionsUnavailable:
+                        source = self.source
             try:
                 return client.evalsha(self.sha, len(keys), *keys, *args)
             except NoScriptError:
                 client.script_load(self.source)
                 return client.evalsha(self.sha, len(keys), *keys, *args)
         except ResponseError as exc:
-            clearer = explain(exc, self.name, self.source, [text(k) for k in keys])
+            clearer = explain(exc, self.name, source, [text(k) for k in keys])
             if clearer is None:
                 raise
             raise clearer from exc
 
-    def queue(self, pipeline: Any, keys: Sequence[str | bytes], args: list[Any]) -> None:
-        """Queue on a pipeline (run :meth:`ensure_loaded` on its client first)."""
-        pipeline.evalsha(self.sha, len(keys), *keys, *args)
+    def pipelined(
+        self, client: Any, calls: Sequence[tuple[Sequence[str | bytes], list[Any]]]
+    ) -> list[Any]:
+        """Each of ``calls`` (keys, args) on ``client`` in one pipeline (not a
+        transaction): the replies in order, an error as its exception.
 
-    def ensure_loaded(self, client: Any) -> None:
+        A pipeline in which calls found the script or library missing, or
+        functions refused (those calls did not run), is loaded or turned to
+        EVALSHA and sent again, whole, at most twice: so use it for calls
+        that may run twice (a renewal, a read)."""
+        for attempt in (1, 2, 3):
+            functions = self.library is not None and self.library.usable(client)
+            pipe = client.pipeline(transaction=False)
+            for keys, args in calls:
+                if functions:
+                    pipe.fcall(self.function, len(keys), *keys, *args)
+                else:
+                    pipe.evalsha(self.sha, len(keys), *keys, *args)
+            replies = list(pipe.execute(raise_on_error=False))
+            if attempt < 3 and self._recover(client, replies):
+                continue
+            return replies
+        raise AssertionError("unreachable")
+
+    def _recover(self, client: Any, replies: list[Any]) -> bool:
+        errors = [r for r in replies if isinstance(r, ResponseError)]
+        if self.library is not None and any(_NO_FUNCTIONS.search(str(r)) for r in errors):
+            self.library.refuse(client)
+            return True
+        if not any(_not_loaded(r) for r in errors):
+            return False
+        if self.library is not None and self.library.usable(client):
+            try:
+                self.library.load(client)
+                return True
+            except _FunctionsUnavailable:
+                pass
         client.script_load(self.source)
+        return True
 
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"$', re.MULTILINE)
@@ -137,8 +296,89 @@ def assembled(name: str, read: Callable[[str], str] = _read) -> str:
     return _COMMENT_OR_BLANK.sub("", "\n".join(read(part) for part in includes(name, read)) + "\n")
 
 
+_PER_CALL = re.compile(r"^--- @per_call begin\n(.*?)^--- @per_call end\n", re.MULTILINE | re.DOTALL)
+_LIBRARY_NAME = "@LIBRARY@"
+
+
+def _stem(name: str) -> str:
+    return name.rsplit("/", 1)[-1].removesuffix(".lua")
+
+
+def _library(names: Sequence[str], read: Callable[[str], str] = _read) -> tuple[str, str]:
+    """The text and name of the library of ``names`` (see :class:`FunctionLibrary`)."""
+    parts: list[str] = []
+    for name in names:
+        parts += [part for part in includes(name, read)[:-1] if part not in parts]
+    per_call: dict[str, str] = {}
+    chunks: list[str] = []
+    for part in parts:
+        text = read(part)
+        blocks = list(_PER_CALL.finditer(text))
+        if len(blocks) > 1:
+            raise ValueError(f"{part}: more than one --- @per_call block")
+        if blocks:
+            block, per_call[part] = blocks[0], f"per_call_{_stem(part)}"
+            made = f"local function {per_call[part]}(KEYS, ARGV)\n{block.group(1)}end\n"
+            text = text[: block.start()] + made + text[block.end() :]
+        chunks.append(text)
+    for name in names:
+        first = "".join(
+            f"{per_call[p]}(KEYS, ARGV)\n" for p in includes(name, read)[:-1] if p in per_call
+        )
+        chunks.append(
+            f"redis.register_function('{_LIBRARY_NAME}_{_stem(name)}', function(KEYS, ARGV)\n"
+            f"{first}{read(name)}end)\n"
+        )
+    body = _COMMENT_OR_BLANK.sub("", "\n".join(chunks) + "\n")
+    library = "redislock_" + hashlib.sha1(body.encode("utf-8")).hexdigest()[:16]
+    return f"#!lua name={library}\n" + body.replace(_LIBRARY_NAME, library), library
+
+
+_NAMES = (
+    "acquire.lua",
+    "release.lua",
+    "inspect.lua",
+    "refresh.lua",
+    "refresh_prefix.lua",
+    "dedupe_claim.lua",
+    "dedupe_clear.lua",
+    "fenced_write.lua",
+    "fenced_claim.lua",
+    "park_enqueue.lua",
+    "park_arrive.lua",
+    "park_try.lua",
+    "park_head.lua",
+    "park_claim.lua",
+    "park_promote.lua",
+    "park_unhold.lua",
+    "park_hold.lua",
+    "limit_block.lua",
+    "limit_changed.lua",
+    "limit_changed_take.lua",
+    "limit_wake.lua",
+    "limit_forget.lua",
+    "limit_release.lua",
+    "park_release.lua",
+    "park_drop.lua",
+    "park_inspect.lua",
+    "park_due.lua",
+    "park_wake.lua",
+    "park_where.lua",
+    "state_hold.lua",
+    "state_free.lua",
+    "rate_acquire.lua",
+    "rate_pause.lua",
+    "override.lua",
+    "live_register.lua",
+    "live_forget.lua",
+    "live_list.lua",
+)
+#: Every script of :data:`_NAMES` as one library of Redis Functions.
+LIBRARY = FunctionLibrary(_NAMES)
+
+
 def _script(name: str) -> LuaScript:
-    return LuaScript(name, assembled(name))
+    return LuaScript(name, assembled(name), LIBRARY if name in _NAMES else None)
 
 
 ACQUIRE = _script("acquire.lua")

@@ -315,7 +315,10 @@ def script_calls(client: Any) -> int:
     """Lua script calls the server has run (every sweeper call is one; the
     commands a script runs inside are counted apart, as their own commands)."""
     stats = client.info("commandstats")
-    return sum(int(stats.get(c, {}).get("calls", 0)) for c in ("cmdstat_evalsha", "cmdstat_eval"))
+    return sum(
+        int(stats.get(c, {}).get("calls", 0))
+        for c in ("cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval")
+    )
 
 
 def test_the_sweeper_does_not_spin_on_a_name_due_now_that_it_cannot_promote(

@@ -71,18 +71,18 @@ def declared(name: str) -> tuple[set[int] | None, set[int] | None]:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int, int]]]:
     recorded: list[tuple[str, int, int]] = []
-    call, queue = scripts.LuaScript.__call__, scripts.LuaScript.queue
+    call, pipelined = scripts.LuaScript.__call__, scripts.LuaScript.pipelined
 
     def recording_call(self: Any, client: Any, keys: Any, args: list[Any]) -> Any:
         recorded.append((self.name, len(keys), len(args)))
         return call(self, client, keys, args)
 
-    def recording_queue(self: Any, pipeline: Any, keys: Any, args: list[Any]) -> None:
-        recorded.append((self.name, len(keys), len(args)))
-        queue(self, pipeline, keys, args)
+    def recording_pipelined(self: Any, client: Any, batch: list[tuple[Any, list[Any]]]) -> Any:
+        recorded.extend((self.name, len(keys), len(args)) for keys, args in batch)
+        return pipelined(self, client, batch)
 
     monkeypatch.setattr(scripts.LuaScript, "__call__", recording_call)
-    monkeypatch.setattr(scripts.LuaScript, "queue", recording_queue)
+    monkeypatch.setattr(scripts.LuaScript, "pipelined", recording_pipelined)
     yield recorded
 
 

@@ -65,9 +65,13 @@
 -- lease ends before the waiter would ask again by itself, so that a waiter
 -- never sleeps past the earliest holder's lease (e.g. a slot handed to a
 -- waiter that has just died comes back within that waiter's ttl).
-local HOLDERS, INFO, FENCE, QUEUE, QINFO, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local OVERRIDE = KEYS[7]
+local HOLDERS, INFO, FENCE, QUEUE, QINFO, WAKE, OVERRIDE
 local HELD  -- set by the including script when the caller passes the index
+--- @per_call begin
+HOLDERS, INFO, FENCE, QUEUE, QINFO, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+OVERRIDE = KEYS[7]
+HELD = nil
+--- @per_call end
 local LIMIT_FIELD = ':limit'  -- owners never contain ':' (see leaseset.py)
 -- SUPERSEDED_FIELD in the info hash: "<token>|<task id>": every holder whose
 -- token is at most <token> was superseded by that task's call

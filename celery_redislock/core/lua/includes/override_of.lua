@@ -2,7 +2,10 @@
 -- no TTL): limit (0: none), interval_us and burst (nil: none).  One HMGET,
 -- once per script call and key, when first needed, so a script that resolves
 -- both a limit (limit_of.lua) and a rate (rate_terms.lua) reads it once.
-local overrides = {}
+local overrides
+--- @per_call begin
+overrides = {}
+--- @per_call end
 local function override_of(key)
   local o = overrides[key]
   if o == nil then

@@ -12,6 +12,9 @@
 -- park_unhold.lua).
 local hold_until_ms  -- the later of hold and lhold (0: none); nil: not read yet
 local debounce_until_ms, lhead_ms, lhead_id  -- hold, and lhead's parts (0, nil: none)
+--- @per_call begin
+hold_until_ms, debounce_until_ms, lhead_ms, lhead_id = nil, nil, nil, nil
+--- @per_call end
 
 -- How many ms parked entry `id` still waits for a hold (0: none), and
 -- whether lhead sets its time, and `id` (nil: the park list's head, read

@@ -6,7 +6,10 @@
 -- (The LIMIT_FIELD bound stays valid: fewer holders can only raise the minimum.)
 -- Once per script call: NOW_MS does not move and every holder added since
 -- expires after it, so a second look would find nothing.
-local purged = false
+local purged
+--- @per_call begin
+purged = false
+--- @per_call end
 local function purge_expired_holders()
   if purged then return 0 end
   purged = true

@@ -12,7 +12,10 @@
 -- message that the broker gives back after the new one ran is dropped.
 -- Once per script call (NOW_MS does not move; reservations made since end
 -- after it).  Leaves inflight_first known.
-local reclaimed = false
+local reclaimed
+--- @per_call begin
+reclaimed = false
+--- @per_call end
 local function reclaim_overdue()
   if reclaimed then return 0 end
   reclaimed = true
