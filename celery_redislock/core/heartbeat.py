@@ -120,9 +120,10 @@ def _refresh_on_cluster(client: Any, leases: list[Lease], ttls: list[float]) -> 
     A script call may only touch one slot, so leases cannot share a call as
     on a single server; redis-py's cluster pipeline refuses EVALSHA, so each
     node's calls go through a plain pipeline on that node's connection (one
-    round trip per node).  NOSCRIPT on a node (new or failed-over primary)
-    loads the script there and repeats that node's pipeline (renewing twice is
-    harmless); a lease whose slot moved (MOVED/ASK), or whose node cannot be
+    round trip per node).  A node that lacks the library or script (new or
+    failed-over primary) gets it and that node's pipeline is sent again, as it
+    is where functions were refused (``LuaScript.pipelined``; renewing twice
+    is harmless); a lease whose slot moved (MOVED/ASK), or whose node cannot be
     reached, is renewed through the cluster client, which follows redirections
     and rediscovers the cluster after a failover.
     """

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError, ResponseError
 
 from .acl import explain
 
@@ -89,18 +89,30 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath("lua").joinpath(name).read_text("utf-8")
 
 
-# FCALL or FUNCTION itself unknown (Redis < 7.0) or denied by the ACL: nothing ran.  Only
+# FCALL or FUNCTION LOAD itself unknown (Redis < 7.0) or denied by the ACL: nothing ran.  Only
 # these: an error from inside a function that had written could not be sent again.
 _NO_FUNCTIONS = re.compile(
-    r"unknown command [`'](?:fcall|function)[`']"
+    r"unknown command [`'](?:fcall|function)[`']|unknown subcommand [`']load[`']"
     r"|no permissions to run the '(?:fcall|function\|load)' command",
     re.IGNORECASE,
 )
 _FUNCTION_NOT_FOUND = re.compile(r"^Function not found", re.IGNORECASE)
+# Refused before a function (which declares no flags) runs, where a script sent by EVALSHA
+# runs until its first command that needs what is missing (memory, a writable primary, a
+# working disk, replicas): such a call is sent again by EVALSHA, so that it does what it
+# did before functions (a release under maxmemory still frees its lease).  Inside a
+# function these come only before its first write, so nothing ran twice.
+_REFUSED_UP_FRONT = re.compile(r"^(?:OOM|READONLY|MISCONF|NOREPLICAS)\b")
 
 
 class _FunctionsUnavailable(Exception):
-    """This server or user runs no functions: the caller goes by EVALSHA."""
+    """This call goes by EVALSHA (and, when the library refused the pool, every later one)."""
+
+
+def _refused_up_front(exc: object) -> bool:
+    return isinstance(exc, (OutOfMemoryError, ReadOnlyError)) or (
+        isinstance(exc, ResponseError) and bool(_REFUSED_UP_FRONT.search(str(exc)))
+    )
 
 
 def _not_loaded(reply: object) -> bool:
@@ -151,25 +163,28 @@ class FunctionLibrary:
 
     def load(self, client: Any) -> None:
         """``FUNCTION LOAD REPLACE`` (the name says the version, so it replaces
-        only itself); raises :class:`_FunctionsUnavailable` if the server or
-        user has no functions."""
+        only itself).  Raises :class:`_FunctionsUnavailable` if it fails (a
+        load that failed ran nothing): for good where the server or user has
+        no functions, else (out of memory, say) for this call."""
         try:
             client.function_load(self.text, replace=True)
         except ResponseError as exc:
             if _NO_FUNCTIONS.search(str(exc)):
                 self.refuse(client)
-                raise _FunctionsUnavailable from exc
-            raise
+            raise _FunctionsUnavailable from exc
 
     def after(self, exc: ResponseError, client: Any) -> None:
         """What an FCALL's ``exc`` means: the library is loaded again (it was
         lost) and the caller calls again; :class:`_FunctionsUnavailable`
-        (refused, nothing ran); any other error is raised."""
+        (refused before it ran: see ``_NO_FUNCTIONS``, ``_REFUSED_UP_FRONT``);
+        any other error is raised."""
         if _FUNCTION_NOT_FOUND.search(str(exc)):
             self.load(client)
             return
         if _NO_FUNCTIONS.search(str(exc)):
             self.refuse(client)
+            raise _FunctionsUnavailable from exc
+        if _refused_up_front(exc):
             raise _FunctionsUnavailable from exc
         raise exc
 
@@ -235,8 +250,9 @@ class LuaScript:
         functions refused (those calls did not run), is loaded or turned to
         EVALSHA and sent again, whole, at most twice: so use it for calls
         that may run twice (a renewal, a read)."""
+        by_evalsha = False
         for attempt in (1, 2, 3):
-            functions = self.library is not None and self.library.usable(client)
+            functions = not by_evalsha and self.library is not None and self.library.usable(client)
             pipe = client.pipeline(transaction=False)
             for keys, args in calls:
                 if functions:
@@ -244,26 +260,26 @@ class LuaScript:
                 else:
                     pipe.evalsha(self.sha, len(keys), *keys, *args)
             replies = list(pipe.execute(raise_on_error=False))
-            if attempt < 3 and self._recover(client, replies):
-                continue
-            return replies
+            errors = [r for r in replies if isinstance(r, ResponseError)]
+            if attempt == 3 or not errors:
+                return replies
+            if functions and self.library is not None:
+                if any(_NO_FUNCTIONS.search(str(r)) for r in errors):
+                    self.library.refuse(client)
+                    continue
+                if any(_refused_up_front(r) for r in errors):
+                    by_evalsha = True
+                    continue
+            if not any(_not_loaded(r) for r in errors):
+                return replies
+            if functions and self.library is not None:
+                try:
+                    self.library.load(client)
+                    continue
+                except _FunctionsUnavailable:
+                    by_evalsha = True
+            client.script_load(self.source)
         raise AssertionError("unreachable")
-
-    def _recover(self, client: Any, replies: list[Any]) -> bool:
-        errors = [r for r in replies if isinstance(r, ResponseError)]
-        if self.library is not None and any(_NO_FUNCTIONS.search(str(r)) for r in errors):
-            self.library.refuse(client)
-            return True
-        if not any(_not_loaded(r) for r in errors):
-            return False
-        if self.library is not None and self.library.usable(client):
-            try:
-                self.library.load(client)
-                return True
-            except _FunctionsUnavailable:
-                pass
-        client.script_load(self.source)
-        return True
 
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"$', re.MULTILINE)

@@ -168,3 +168,29 @@ def test_a_pipeline_turns_to_evalsha_where_fcall_is_refused(server: RedisServer)
     assert 4000 < renewed_by_pipeline(fresh, lock) <= 5000
     assert renewed_by_pipeline(fresh, lock) > 4000  # and again, by EVALSHA at once
     lock.release()
+
+
+def test_out_of_memory_a_lease_is_still_read_and_released(server: RedisServer) -> None:
+    """Redis refuses a function up front when it is out of memory; a script by
+    EVALSHA runs until its first command that needs memory.  So a call refused
+    so is sent by EVALSHA: reads and releases go on as they did before."""
+    client = redis.Redis(port=server.port)
+    lock = RedisLock(client, "job", ttl=5)
+    assert lock.acquire()
+    assert lock.holders()  # the library (or scripts) loaded before memory ran out
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1)
+    try:
+        [holder] = lock.holders()
+        assert holder.token == lock.token
+        lock.release()
+        assert client.zcard(LeaseKeys("redislock", "job").holders) == 0
+        with pytest.raises(redis.ResponseError, match=r"OOM|maxmemory"):
+            RedisLock(client, "other", ttl=5).acquire(blocking=False)
+        flush(client)  # and the library cannot be loaded again now: the read goes by EVALSHA
+        assert RedisLock(client, "job").holders() == []
+    finally:
+        client.config_set("maxmemory", 0)
+    again = RedisLock(client, "job", ttl=5)
+    assert again.acquire(blocking=False)
+    again.release()
