@@ -58,11 +58,10 @@ def prologue_library() -> scripts.FunctionLibrary:
         text = scripts._read(part)
         if part not in SHIPPED:
             return text
-        return "".join(line + "\n" for line in text.splitlines() if line.startswith("--- @include"))
+        lines = [line for line in text.splitlines() if line.startswith("--- @include")]
+        return "".join(line + "\n" for line in lines) + "return 1\n"
 
-    return scripts.FunctionLibrary(
-        list(SHIPPED), lambda part: read(part) + ("return 1\n" if part in SHIPPED else "")
-    )
+    return scripts.FunctionLibrary(list(SHIPPED), read)
 
 
 def per_call(

@@ -252,10 +252,12 @@ class LuaScript:
         that may run twice (a renewal, a read)."""
         by_evalsha = False
         for attempt in (1, 2, 3):
-            functions = not by_evalsha and self.library is not None and self.library.usable(client)
+            library = self.library
+            if by_evalsha or (library is not None and not library.usable(client)):
+                library = None
             pipe = client.pipeline(transaction=False)
             for keys, args in calls:
-                if functions:
+                if library is not None:
                     pipe.fcall(self.function, len(keys), *keys, *args)
                 else:
                     pipe.evalsha(self.sha, len(keys), *keys, *args)
@@ -263,22 +265,20 @@ class LuaScript:
             errors = [r for r in replies if isinstance(r, ResponseError)]
             if attempt == 3 or not errors:
                 return replies
-            if functions and self.library is not None:
-                if any(_NO_FUNCTIONS.search(str(r)) for r in errors):
-                    self.library.refuse(client)
-                    continue
-                if any(_refused_up_front(r) for r in errors):
-                    by_evalsha = True
-                    continue
-            if not any(_not_loaded(r) for r in errors):
+            if library is not None and any(_NO_FUNCTIONS.search(str(r)) for r in errors):
+                library.refuse(client)
+            elif library is not None and any(_refused_up_front(r) for r in errors):
+                by_evalsha = True
+            elif not any(_not_loaded(r) for r in errors):
                 return replies
-            if functions and self.library is not None:
+            elif library is not None:
                 try:
-                    self.library.load(client)
-                    continue
+                    library.load(client)
                 except _FunctionsUnavailable:
                     by_evalsha = True
-            client.script_load(self.source)
+                    client.script_load(self.source)
+            else:
+                client.script_load(self.source)
         raise AssertionError("unreachable")
 
 
