@@ -105,9 +105,11 @@ def _encoded(capacity: Capacity | None) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def _park_options(config: ParkConfig, cluster: bool) -> str:
+def _park_options(config: ParkConfig, cluster: bool, seen: bool = True) -> str:
     """``config``'s options of a call that parks as one JSON argument
-    (``park_call.lua``), only those set; "" for none (the script decodes nothing)."""
+    (``park_call.lua``), only those set; "" for none (the script decodes nothing).
+    ``seen``: whether the caller's task states reach anyone (a result backend
+    or events); if not, the script takes no state guard for ``PARKED``."""
     if config.max_total and cluster:
         raise ValueError(
             "redislock_park_max_total needs a single Redis server: on a cluster the "
@@ -120,6 +122,7 @@ def _park_options(config: ParkConfig, cluster: bool) -> str:
         "debounce_ms": _ms(config.debounce) if config.debounce > 0 else 0,
         "debounce_max_ms": _ms(config.debounce_max) if config.debounce_max > 0 else 0,
         "supersede": config.supersede,
+        "unseen": not seen,
     }
     chosen = {name: value for name, value in options.items() if value}
     return json.dumps(chosen, separators=(",", ":")) if chosen else ""
@@ -236,11 +239,13 @@ class Parking:
         config: ParkConfig,
         task_name: str = "",
         rate: RateTerms = NO_RATE,
+        seen: bool = True,
     ) -> Outcome:
         """At publish (``park_enqueue.lua``): RESERVED (publish with the token;
         the slot and the rate's units are taken), PARKED (no slot, or the rate
         or a pause does not admit it now), DUPLICATE or BOUNDED / BOUNDED_TOTAL
-        (nothing stored)."""
+        (nothing stored).  ``seen``: whether the caller's task states reach
+        anyone; if not, a PARKED reply holds no state guard (``guard`` "")."""
         reply = self._call(
             PARK_ENQUEUE,
             [
@@ -251,7 +256,7 @@ class Parking:
                 _ms(config.deadline),
                 _field(task_name),
                 *rate.script_args(),
-                _park_options(config, self.cluster),
+                _park_options(config, self.cluster, seen),
             ],
         )
         return Outcome.of(reply)
@@ -269,12 +274,14 @@ class Parking:
         task_name: str = "",
         rate: RateTerms = NO_RATE,
         mark: str = "",
+        seen: bool = True,
     ) -> Outcome:
         """A message without a reservation reached a worker (``park_arrive.lua``):
         HELD (``owner`` holds the slot for ``ttl``), PARKED, DUPLICATE, BOUNDED*,
         or REVOKED (the task's revoke record exists: nothing taken).  ``mark``:
         this copy's (``parking.message.copy_token``), whose stale fate an
-        earlier run of the task in the same process left is dropped."""
+        earlier run of the task in the same process left is dropped.
+        ``seen``: as :meth:`enqueue`'s."""
         if self.cluster and self.is_revoked(task_id):
             return Outcome(Verdict.REVOKED)
         reply = self._call(
@@ -289,7 +296,7 @@ class Parking:
                 meta,
                 _field(task_name),
                 *rate.script_args(),
-                _park_options(config, self.cluster),
+                _park_options(config, self.cluster, seen),
                 mark,
             ],
             revoke_record_of=task_id,
@@ -423,12 +430,18 @@ class Parking:
         return _promotions(reply[2:]), bool(reply[1])
 
     def release(
-        self, owner: str, capacity: Capacity | None, config: ParkConfig, task_name: str = ""
+        self,
+        owner: str,
+        capacity: Capacity | None,
+        config: ParkConfig,
+        task_name: str = "",
+        seen: bool = True,
     ) -> tuple[bool, list[Promotion]]:
         """Release ``owner``'s slot (as ``release.lua``) and promote into the
         freed slots (as :meth:`promote`), in one call; returns whether it held,
-        and the promotions."""
-        held, promotions, _ = self.release_making_way(owner, capacity, config, task_name)
+        and the promotions.  ``seen``: whether the caller's task states reach
+        anyone; if not, no promotion holds a state guard (``guard`` "")."""
+        held, promotions, _ = self.release_making_way(owner, capacity, config, task_name, seen=seen)
         return held, promotions
 
     def release_making_way(
@@ -439,6 +452,7 @@ class Parking:
         task_name: str = "",
         limit: str = "",
         hold: float = 0.0,
+        seen: bool = True,
     ) -> tuple[bool, list[Promotion], bool]:
         """:meth:`release`, and before anything is promoted, hold the parked
         work for the listed limit ``limit`` for ``hold`` seconds at most (as
@@ -457,6 +471,7 @@ class Parking:
                 config.max_publishes,
                 _ms(hold) if limit else 0,
                 limit,
+                1 if seen else 0,
             ],
         )
         return bool(reply[1]), _promotions(reply[3:]), bool(reply[2])

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..policies.base import Context
 
 from .states import (
+    STATES_SEEN,
     StillPending,
     announce_parked,
     announce_superseded,
@@ -115,6 +116,7 @@ def claim_or_arrive(
             task.name,
             task.redislock_rate(args, kwargs),
             copy_token(None, os.getpid()),
+            STATES_SEEN[task.app],
         )
     if admission.verdict is Verdict.REVOKED:
         _drop_revoked(task, request, parking, lease_set, token)

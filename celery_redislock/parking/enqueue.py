@@ -32,7 +32,7 @@ from ..enqueue.options import HEADER_PARK_TOKEN
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for
 from .message import announce_sent, envelope_of_publish, eta_in, expires_in, json_dumps
-from .states import announce_parked, announce_superseded, raise_if_bounded
+from .states import STATES_SEEN, announce_parked, announce_superseded, raise_if_bounded
 
 __all__ = ["park_or_publish", "retry_at_head"]
 
@@ -165,6 +165,7 @@ def _enqueue(call: _Call, envelope: dict[str, Any]) -> int | None:
         config,
         task.name,
         call.rate,
+        STATES_SEEN[task.app],
     )
     if admission.verdict is Verdict.RESERVED:
         return admission.token

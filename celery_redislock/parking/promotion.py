@@ -37,7 +37,7 @@ from ..enqueue import dedupe
 from ..run.task_lease_set import capacity_of
 from ..settings import client_for, settings_for
 from .message import announce_sent, json_loads, republish, request_of
-from .states import PROMOTED, ParkUnclaimed, mark_failed, mark_revoked, store_state
+from .states import PROMOTED, STATES_SEEN, ParkUnclaimed, mark_failed, mark_revoked, store_state
 
 __all__ = [
     "after_release",
@@ -240,7 +240,7 @@ def release_and_promote(
         parking = Parking(lease_set.client, lease_set.keys.prefix, lease_set.name)
         config = settings_for(task.app).park
         held, promotions, held_for = parking.release_making_way(
-            owner, capacity, config, task.name, making_way, LISTED_RETRY
+            owner, capacity, config, task.name, making_way, LISTED_RETRY, STATES_SEEN[task.app]
         )
         try:
             _publish_all(task.app, parking, promotions, capacity, task.name)

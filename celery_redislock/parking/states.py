@@ -23,7 +23,9 @@ needed); but a ``revoke`` without the lock name writes ``REVOKED``
 unguarded, and the park writes it again, guarded, when it drops the task.
 ``PROMOTED`` is written before the promoted message is published, so
 Celery's own states of the run (``STARTED``, ``SUCCESS``...) always come
-after it.  Not guaranteed: a guard whose holder stalls longer than its TTL
+after it.  Where no state reaches anyone (no result backend and no
+events: :data:`STATES_SEEN`) nothing is written, so no guard is taken
+either, by a script or here.  Not guaranteed: a guard whose holder stalls longer than its TTL
 (:data:`GUARD_TTL`) lets the next write in; a lock Redis that fails during a
 write lets the write through unguarded (logged).
 """
@@ -40,6 +42,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from celery import current_task
+from celery.backends.base import DisabledBackend
 from celery.backends.rpc import RPCBackend
 from celery.exceptions import Ignore
 
@@ -51,6 +54,7 @@ from ..settings import client_for
 __all__ = [
     "PARKED",
     "PROMOTED",
+    "STATES_SEEN",
     "SUPERSEDED",
     "ParkFull",
     "ParkUnclaimed",
@@ -73,6 +77,32 @@ GUARD_TTL = 5.0
 GUARD_WAIT = GUARD_TTL + 1.0
 
 log = logging.getLogger("celery_redislock")
+
+
+class _SeenBy(dict[Any, bool]):
+    """app -> whether the task states this library writes for ``app`` reach
+    anyone: a result backend (anything but Celery's ``DisabledBackend``) or
+    task events (:func:`events.enabled`).  Filled on first use (a dict
+    lookup after that: the park's hot paths ask on every call) and emptied
+    at ``worker_init``, where a worker learns whether it sends events."""
+
+    def __missing__(self, app: Any) -> bool:
+        seen = events.enabled(app) or not isinstance(app.backend, DisabledBackend)
+        self[app] = seen
+        return seen
+
+    def renew(self, app: Any) -> None:
+        """At ``worker_init``: forget what was found before the worker knew
+        whether it sends events, and find ``app``'s now (before its first task)."""
+        self.clear()
+        if app is not None:
+            self.__missing__(app)
+
+
+#: Where no state is seen, a park script takes no state guard for the state it
+#: decides (``PARKED``, ``PROMOTED``): the guard only orders writes, and there
+#: are none, so the caller would only spend a round trip giving it back.
+STATES_SEEN = _SeenBy()
 
 PARKED = "PARKED"
 #: published again by a promotion, not yet started (its message is in the broker)
@@ -408,7 +438,7 @@ def _guarded(app: Any, lock: Where, task_id: str, needs: str, guard: str = "") -
     with the guard itself (the lock Redis down, a Cluster unreachable,
     settings that name no Redis), the write goes ahead unguarded, with a
     WARNING: a state is never lost for want of its guard."""
-    if not lock:
+    if not lock or not (guard or STATES_SEEN[app]):
         yield True
         return
     holder = guard or uuid.uuid4().hex

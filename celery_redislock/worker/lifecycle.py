@@ -31,6 +31,7 @@ from celery import signals
 
 from .. import events
 from ..core import liveness
+from ..parking.states import STATES_SEEN
 from ..parking.sweeper import start_sweeper, stop_sweepers
 from ..settings import metrics_settings
 from . import checks, metrics, poolcheck
@@ -49,6 +50,7 @@ def _init(sender: Any = None, **_: Any) -> None:
     events.in_worker(getattr(sender, "task_events", False), getattr(sender, "hostname", None))
     poolcheck.check_pool(sender)
     app = getattr(sender, "app", None)
+    STATES_SEEN.renew(app)
     if app is not None and guarded(app):
         try:
             wanted = metrics_settings(app)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -333,6 +334,53 @@ def test_revoke_and_expiry_of_parked_tasks(app: Any, worker: Any, key: str) -> N
         (expired.id, "expired"),
     }
     assert_nothing_left(app, key)
+
+
+@pytest.mark.parametrize("worker_events", [False, True], ids=["no-events", "worker-events"])
+def test_a_park_whose_states_reach_nobody_takes_no_state_guard(
+    redis_url: str, worker_events: bool, tmp_path: Any
+) -> None:
+    """With no result backend and no task events, no state of a parked task
+    is written anywhere, so no park script takes its state guard and nobody
+    gives one back (``state_free.lua``: a round trip per ``PARKED`` and per
+    ``PROMOTED``).  A worker that sends task events (``-E``) still guards the
+    ``PROMOTED`` it sends.  Every call runs once either way."""
+    import redis
+
+    config = {**sweeping_config(redis_url, backend="none"), "park_sweep": "3600"}
+    app = create_app(config)
+    prefix = config["prefix"]
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # every command that touches a state guard of this prefix
+        with redis.Redis.from_url(redis_url).monitor() as monitor:
+            while not stop.is_set():
+                command = monitor.next_command()["command"]
+                if prefix in command and ":state:" in command:
+                    seen.append(command)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    extra_args = ("-E",) if worker_events else ()
+    try:
+        with worker_factory(tmp_path) as start:
+            start(config, pool="prefork", concurrency=2, extra_args=extra_args)
+            key = f"k{uuid.uuid4().hex[:8]}"
+            task = app.tasks["basic.parked"]
+            ids = [task.delay(key, n, 0.3).id for n in range(6)]  # 2 reserved, 4 parked
+            wait_for(lambda: len(events(app, key, "end")) == 6, 90, message="all six ran")
+            assert_all_ran_once(app, key, ids)
+    finally:
+        stop.set()
+        redis.Redis.from_url(redis_url).ping()  # wakes the watcher to see it
+        watcher.join(10)
+    assert not watcher.is_alive()
+    if worker_events:  # each release that promoted guarded its PROMOTED, and gave it back
+        assert any(c.startswith("SET ") and " NX " in c for c in seen), seen
+        assert any(c.startswith("DEL ") for c in seen), seen
+    else:
+        assert seen == []
 
 
 def test_park_bound_is_a_clear_error(redis_url: str, key: str) -> None:

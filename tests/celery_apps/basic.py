@@ -8,7 +8,7 @@ so task names and settings match.
 Config keys (``REDISLOCK_TEST_<KEY>`` in the worker's environment):
 ``redis`` (default result backend, broker and lock Redis), ``prefix`` (lock
 key prefix, queue name and record keys), ``broker``, ``backend`` (the result
-backend, e.g. ``rpc://``), ``lock_redis``, ``ttl``
+backend, e.g. ``rpc://``; ``none``: none), ``lock_redis``, ``ttl``
 (``redislock_default_ttl``), ``prefetch``, ``acks_late`` ("1"),
 ``visibility`` (Redis broker ``visibility_timeout``), ``lost_wait``
 (Celery's ``worker_lost_wait``, default 20 s), ``ready_file``,
@@ -136,7 +136,10 @@ def create_app(config: dict[str, str]) -> Celery:
     app = Celery("basic", set_as_current=False)
     app.conf.update(
         broker_url=config.get("broker", redis_url),
-        result_backend=config.get("backend") or redis_url,
+        # config "backend" "none": no result backend (Celery's DisabledBackend)
+        result_backend=None
+        if config.get("backend") == "none"
+        else config.get("backend") or redis_url,
         redislock_url=config.get("lock_redis", redis_url),
         redislock_prefix=prefix,
         # config "ttl_setting": the setting as given (a worker with a bad setting)

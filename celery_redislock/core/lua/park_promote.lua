@@ -25,6 +25,6 @@
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
-  tonumber(ARGV[6]))
+  tonumber(ARGV[6]), true)
 out[1] = next_due(limit, state.n, parked)
 return out

@@ -36,7 +36,7 @@ if lifted then redis.call('HDEL', PMETA, 'lhold', 'lwait', 'lhead') end
 local limit = stored_limit(tonumber(ARGV[2]), meta[2])
 local out = {0, 0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
-  tonumber(ARGV[6]))
+  tonumber(ARGV[6]), true)
 local hold_for = tonumber(ARGV[8])
 if lifted and hold_for > 0 and (out[3] == 'p' or out[3] == 'r') then
   parked = redis.call('ZCARD', PARK) > 0

@@ -23,7 +23,10 @@
 --                    PMETA dfirst);
 --   supersede        every current holder is marked superseded
 --                    (SUPERSEDED_FIELD: the last fencing token handed out
---                    and this task id).
+--                    and this task id);
+--   unseen           its caller's states reach nobody (no result backend,
+--                    no events: parking/states.py state_is_seen()), so no
+--                    state guard is taken for its PARKED (guard '').
 -- Returns park_enqueue.lua's reply: {'parked', n_parked, rate_wait_ms,
 -- replaced ids, guard, due} (guard: the holder of the task's state guard,
 -- taken for its PARKED, see hold_state_guard.lua) | {'bounded', n_parked,
@@ -63,6 +66,7 @@ local function park_call(id, e, n_parked, slot, wait_us, n_holders, limit, opts)
   end
   local rate_wait_ms = 0
   if slot then rate_wait_ms = math.ceil(wait_us / 1000) end
-  local guard = hold_state_guard(id, string.format('k%d', NOW_US))
+  local guard = ''
+  if not opts.unseen then guard = hold_state_guard(id, string.format('k%d', NOW_US)) end
   return {'parked', n_parked + 1, rate_wait_ms, replaced, guard, next_due(limit, n_holders, true)}
 end

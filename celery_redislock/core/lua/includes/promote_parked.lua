@@ -29,8 +29,10 @@
 -- published before that no copy claimed within its deadline (or whose
 -- publish failed); "x": expired, token 0; "u":
 -- unclaimed, token = how often it was published; guard '' for both).  Returns the holder state
--- after it, and whether a task is left parked (nil: not known).
-local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
+-- after it, and whether a task is left parked (nil: not known).  `guard`:
+-- false when the caller's states reach nobody (no result backend, no
+-- events: parking/states.py state_is_seen()), so no guard is taken.
+local function promote_parked(limit, deadline_ms, max, out, task, max_publishes, guard)
   purge_expired_holders()
   reclaim_overdue()
   local state = holder_state()
@@ -62,9 +64,9 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes)
       -- once, while the decision made here still holds; a later one is
       -- written after those before it (their writes and publishes), when its
       -- task may have left flight, so that write checks it under the guard.
-      local guard = ''
-      if done == 0 then guard = hold_state_guard(head, string.format('p%d', token)) end
-      reply = {again and 'r' or 'p', head, token, envelope, guard}
+      local holder = ''
+      if done == 0 and guard then holder = hold_state_guard(head, string.format('p%d', token)) end
+      reply = {again and 'r' or 'p', head, token, envelope, holder}
       reserved = true
     end
     for _, v in ipairs(reply) do out[#out + 1] = v end
