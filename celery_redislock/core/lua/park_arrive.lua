@@ -28,9 +28,9 @@
 
 --- @include "includes/add_holder"
 --- @include "includes/admit_new_call"
---- @include "includes/fit_holder_ttl"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
+--- @include "includes/outlive_grants"
 --- @include "includes/park_keys"
 --- @include "includes/stored_limit"
 
@@ -44,5 +44,5 @@ local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[9], tonumber(ARG
 local reply, state, start_us = admit_new_call(id, entry, limit, ARGV[13], true)
 if reply then return reply end
 local token = add_holder(state, ARGV[6], tonumber(ARGV[7]), limit, ARGV[8])
-fit_holder_ttl()
+outlive_grants()
 return {'held', token, start_us, next_due(limit, state.n, false)}

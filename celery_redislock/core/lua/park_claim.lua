@@ -32,10 +32,10 @@
 --- @include "includes/add_holder"
 --- @include "includes/admissible"
 --- @include "includes/fate_of"
---- @include "includes/fit_holder_ttl"
 --- @include "includes/holder_state"
 --- @include "includes/limit_of"
 --- @include "includes/next_due"
+--- @include "includes/outlive_grants"
 --- @include "includes/park"
 --- @include "includes/park_keys"
 --- @include "includes/pause_left_us"
@@ -84,5 +84,5 @@ end
 token_fate('c', id, token)
 redis.call('HDEL', MSGS, id)  -- it runs: its message is not needed again
 local fencing = add_holder(state, owner, ttl_ms, limit, meta)
-fit_holder_ttl()
+outlive_grants()
 return {'held', fencing, wait_us, next_due(limit, state.n)}

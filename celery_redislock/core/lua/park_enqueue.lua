@@ -30,9 +30,9 @@
 -- max_total; nothing stored).  due: see next_due.lua (for the cluster index).
 
 --- @include "includes/admit_new_call"
---- @include "includes/fit_holder_ttl"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
+--- @include "includes/outlive_grants"
 --- @include "includes/reserve"
 --- @include "includes/stored_limit"
 
@@ -42,5 +42,5 @@ local entry = new_entry(limit, ARGV[4], tonumber(ARGV[5]), ARGV[7], tonumber(ARG
 local reply, state = admit_new_call(id, entry, limit, ARGV[11], false)
 if reply then return reply end
 local token = reserve(state, id, entry, tonumber(ARGV[6]))
-fit_holder_ttl()
+outlive_grants()
 return {'reserved', token, next_due(limit, state.n, false)}

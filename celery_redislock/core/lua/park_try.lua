@@ -15,9 +15,9 @@
 -- admits it in wait_ms).
 
 --- @include "includes/add_holder"
---- @include "includes/fit_holder_ttl"
 --- @include "includes/new_entry"
 --- @include "includes/next_due"
+--- @include "includes/outlive_grants"
 --- @include "includes/park_keys"
 --- @include "includes/purge_expired_holders"
 --- @include "includes/rate_admits"
@@ -37,5 +37,5 @@ if not admitted then
 end
 rate_admits(entry, true)  -- admitted just above: takes the units with the slot
 local token = add_holder(state, ARGV[3], tonumber(ARGV[4]), limit, ARGV[5])
-fit_holder_ttl()
+outlive_grants()
 return {'held', token, start_us, next_due(limit, state.n, false)}

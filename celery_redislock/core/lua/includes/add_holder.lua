@@ -3,11 +3,13 @@
 --- @include "includes/limit_of"
 --- @include "includes/next_token"
 --- @include "includes/now"
+--- @include "includes/outlive_grants"
 --- @include "includes/recompute_holders_limit"
 
 -- Make `owner` a holder with its limit as passed (`raw`, stored so that an
 -- override applies to it later; the caller checked admissible(state,
--- limit_of(raw))).
+-- limit_of(raw))).  Its caller makes the holder keys outlive it
+-- (outlive_grants(), or fit_holder_ttl()).
 local function add_holder(state, owner, ttl_ms, raw, meta)
   local token = next_token()
   local bound = limit_of(raw)
@@ -16,6 +18,7 @@ local function add_holder(state, owner, ttl_ms, raw, meta)
   redis.call('HSET', INFO, owner, string.format('%d:%d:%d:%d:', token, NOW_MS, ttl_ms, raw) .. meta,
     LIMIT_FIELD, bound)
   index_held(NOW_MS + ttl_ms, token)
+  granted_until = math.max(granted_until or 0, NOW_MS + ttl_ms)
   state.n, state.bound = state.n + 1, bound
   return token
 end

@@ -28,7 +28,9 @@
 --   not (see index_held()).
 -- Every key but `override` carries a TTL no later than the end of the latest
 -- lease or wait granted in it (a release that leaves others in it does not
--- shorten it: fit_holder_ttl.lua runs after grants), and empty aggregates
+-- shorten it: fit_holder_ttl.lua runs after grants), or for the holder keys
+-- of a park script, at most GRANT_SLACK_MS (5 s) later (outlive_grants.lua),
+-- and empty aggregates
 -- vanish (the release of the last holder deletes the holder keys; keys left
 -- with expired holders only expire with the latest lease granted in them),
 -- so an idle name leaves only `fence` behind, and that for FENCE_MEMORY_MS

@@ -9,14 +9,17 @@
 --- @include "includes/split"
 
 -- When the sweeper should look at this name next (ms, Redis time), or -1:
--- now if work is parked and a slot is free; else the earliest holder expiry
+-- now if work is parked and a slot is free (later if its head waits for a
+-- hold, its rate or a pause: a *timed* due); else the earliest holder expiry
 -- (a holder that dies frees its slot then) or in-flight deadline.
 -- `n_holders` (the holder count) and `parked` (whether anything is parked)
 -- when the caller knows them, else nil: read here.
 local function next_due(raw_limit, n_holders, parked)
   local limit = limit_of(raw_limit)
-  local due = -1
-  local function at(ms) if due < 0 or ms < due then due = ms end end
+  local due, timed = -1, false
+  local function at(ms, is_timed)
+    if due < 0 or ms < due then due, timed = ms, is_timed or false end
+  end
   if parked == nil then parked = redis.call('ZCARD', PARK) > 0 end
   if parked then
     if (n_holders or redis.call('ZCARD', HOLDERS)) < limit then
@@ -24,11 +27,11 @@ local function next_due(raw_limit, n_holders, parked)
       -- entry is not read then), its rate or a pause.
       local held_ms, _, head = parked_hold(nil)
       if held_ms > 0 then
-        at(NOW_MS + held_ms)
+        at(NOW_MS + held_ms, true)
       else
         head = head or redis.call('ZRANGE', PARK, 0, 0)[1]
         local ok, wait_us = rate_admits(read_entry(redis.call('HGET', PARKED, head)), false, true, head)
-        if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000)) end
+        if ok then at(NOW_MS) else at(NOW_MS + math.ceil(wait_us / 1000), true) end
       end
     else
       local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
@@ -53,11 +56,15 @@ local function next_due(raw_limit, n_holders, parked)
     if due < 0 then
       redis.call('ZREM', INDEX, PNAME)
     else
-      -- Sweepers sleep until the index's earliest time: one that becomes
-      -- sooner (a rate spacing promotions, a parked task's due time) wakes
-      -- them through WAKE, so a promotion is not late by a sweep interval.
+      -- Sweepers sleep until the index's earliest time, one interval at
+      -- most: a timed due that becomes the earliest (a rate spacing
+      -- promotions, a hold) wakes them through WAKE, so a promotion is not
+      -- late by a sweep interval.  A holder's expiry or a reservation's
+      -- deadline (a crash, a lost message) waits for the next look, within
+      -- one interval, as on a Cluster: not reading the index's head for it
+      -- spares every call on a full name a command.
       local sooner = false
-      if due > NOW_MS then  -- only a time to come is published as sooner
+      if timed and due > NOW_MS then  -- only a time to come is published as sooner
         local first = redis.call('ZRANGE', INDEX, 0, 0, 'WITHSCORES')
         sooner = not first[2] or due < tonumber(first[2])
       end

@@ -1,10 +1,10 @@
 --- @include "includes/admissible"
---- @include "includes/fit_holder_ttl"
 --- @include "includes/hold_state_guard"
 --- @include "includes/holder_state"
 --- @include "includes/limit_of"
 --- @include "includes/message"
 --- @include "includes/now"
+--- @include "includes/outlive_grants"
 --- @include "includes/own_limit"
 --- @include "includes/park_keys"
 --- @include "includes/purge_expired_holders"
@@ -73,6 +73,6 @@ local function promote_parked(limit, deadline_ms, max, out, task, max_publishes,
     done = done + 1
     parked = nil  -- the head was taken: whether another is left is not known
   end
-  if reserved then fit_holder_ttl() end  -- a removal only shortens what they must outlive
+  if reserved then outlive_grants() end  -- a removal only shortens what they must outlive
   return state, parked
 end
