@@ -319,6 +319,32 @@ def test_park_scripts_cycle_times_each_script(server: RedisServer) -> None:
     assert all(math.isfinite(t) and t > 0 for t in times.values()), times
 
 
+def test_helper_profile_times_the_park_cycle_by_helper(server: RedisServer) -> None:
+    """``benchmarks.helper_profile`` names the helpers of the park cycle with
+    their self time and calls, then leaves the server and the package with
+    the plain library; without Redis Functions it says it needs them."""
+    import redis
+
+    from benchmarks import helper_profile
+    from celery_redislock.core import scripts
+
+    plain = scripts.LIBRARY.text
+    client = redis.Redis.from_url(server.url)
+    if int(str(client.info("server")["redis_version"]).split(".")[0]) < 7:
+        with pytest.raises(RuntimeError, match="needs Redis Functions"):
+            helper_profile.profile(server.url, 2, 10)
+        return
+    found = helper_profile.profile(server.url, 2, 20)
+    helpers = found["helpers"]
+    assert {"promote_parked", "next_due", "add_holder", "reserve"} <= set(helpers), helpers
+    assert all(us >= 0 and calls > 0 for us, calls in helpers.values()), helpers
+    assert found["script_us_per_task"] > 0 and found["probed_us_per_task"] > 0
+    assert scripts.LIBRARY.text == plain
+    assert (
+        client.function_list() == []
+    )  # the probed library is gone: the next call loads the plain one
+
+
 def test_script_prologue_cuts_each_shipped_script_where_its_own_code_begins(
     server: RedisServer,
 ) -> None:

@@ -83,6 +83,7 @@ if wait_us > MAX_START_WAIT_US then
 end
 token_fate('c', id, token)
 redis.call('HDEL', MSGS, id)  -- it runs: its message is not needed again
-local fencing = add_holder(state, owner, ttl_ms, limit, meta)
+-- Its reservation listed the name in HELD until its deadline (reserve()).
+local fencing = add_holder(state, owner, ttl_ms, limit, meta, e.deadline_ms)
 outlive_grants()
 return {'held', fencing, wait_us, next_due(limit, state.n)}
