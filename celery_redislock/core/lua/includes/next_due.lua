@@ -1,3 +1,4 @@
+--- @include "includes/inflight_deadline"
 --- @include "includes/inflight_first"
 --- @include "includes/lease_set_keys"
 --- @include "includes/limit_of"
@@ -6,7 +7,6 @@
 --- @include "includes/parked_hold"
 --- @include "includes/rate_admits"
 --- @include "includes/read_entry"
---- @include "includes/split"
 
 -- When the sweeper should look at this name next (ms, Redis time), or -1:
 -- now if work is parked and a slot is free (later if its head waits for a
@@ -40,7 +40,7 @@ local function next_due(raw_limit, n_holders, parked)
   end
   if inflight_first == nil then
     for _, entry in ipairs(redis.call('HVALS', INFLIGHT)) do
-      at(tonumber(split(entry, 3)[2]))
+      at(inflight_deadline(entry))
     end
   elseif inflight_first then
     at(inflight_first)

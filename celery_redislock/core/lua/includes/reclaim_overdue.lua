@@ -1,3 +1,4 @@
+--- @include "includes/inflight_deadline"
 --- @include "includes/inflight_first"
 --- @include "includes/now"
 --- @include "includes/park"
@@ -22,14 +23,15 @@ local function reclaim_overdue()
   local raw = redis.call('HGETALL', INFLIGHT)
   local n, first = 0, false
   for i = 1, #raw, 2 do
-    local e = read_inflight(raw[i + 1])
-    if e.deadline_ms <= NOW_MS then
+    local deadline = inflight_deadline(raw[i + 1])
+    if deadline <= NOW_MS then
+      local e = read_inflight(raw[i + 1])
       unreserve(raw[i])
       supersede(raw[i], e.token)
       park(raw[i], e)
       n = n + 1
-    elseif not first or e.deadline_ms < first then
-      first = e.deadline_ms
+    elseif not first or deadline < first then
+      first = deadline
     end
   end
   inflight_first = first
