@@ -390,11 +390,16 @@ class Parking:
         return Outcome.of(reply)
 
     def promote(
-        self, capacity: Capacity | None, config: ParkConfig, task_name: str = ""
+        self,
+        capacity: Capacity | None,
+        config: ParkConfig,
+        task_name: str = "",
+        seen: bool = True,
     ) -> list[Promotion]:
         """Fill the free slots; ``capacity`` and ``task_name`` are the caller's (None
         and "" for the sweeper): parked tasks of that name are admitted by
-        ``capacity``, others by their own limit from when they were parked."""
+        ``capacity``, others by their own limit from when they were parked.
+        ``seen``: as :meth:`release`'s."""
         reply = self._call(
             PARK_PROMOTE,
             [
@@ -403,6 +408,7 @@ class Parking:
                 PROMOTE_BATCH,
                 _field(task_name),
                 config.max_publishes,
+                1 if seen else 0,
             ],
         )
         return _promotions(reply[1:])
@@ -414,7 +420,7 @@ class Parking:
         return bool(self._call(PARK_HOLD, [_ms(seconds), limit])[0])
 
     def unhold(
-        self, config: ParkConfig, limit: str, hold: float = 0.0
+        self, config: ParkConfig, limit: str, hold: float = 0.0, seen: bool = True
     ) -> tuple[list[Promotion], bool]:
         """Lift the hold :meth:`park_at_head` set for the listed limit
         ``limit`` (not one for another limit) and promote one parked task, as
@@ -422,10 +428,20 @@ class Parking:
         of the limit came back, so one task, not as many as its own slots
         allow (the others would be sent back by the limit).  With ``hold``
         (seconds), the rest is held for the limit again once one was
-        promoted.  Returns the promotions and whether it held the rest."""
+        promoted.  Returns the promotions and whether it held the rest.
+        ``seen``: as :meth:`release`'s."""
         reply = self._call(
             PARK_UNHOLD,
-            [0, _ms(config.deadline), 1, "", config.max_publishes, limit, _ms(hold) if hold else 0],
+            [
+                0,
+                _ms(config.deadline),
+                1,
+                "",
+                config.max_publishes,
+                limit,
+                _ms(hold) if hold else 0,
+                1 if seen else 0,
+            ],
         )
         return _promotions(reply[2:]), bool(reply[1])
 

@@ -73,7 +73,7 @@ def promote(
         client, settings = client_for(app)
         prefix = settings.prefix
     parking = Parking(client, prefix, name)
-    promotions = parking.promote(capacity, settings_for(app).park, task_name)
+    promotions = parking.promote(capacity, settings_for(app).park, task_name, STATES_SEEN[app])
     return _publish_all(app, parking, promotions, capacity, task_name)
 
 
@@ -148,7 +148,7 @@ def _publish_all(
                 )
         if not again:
             break
-        promotions = parking.promote(capacity, settings_for(app).park, task_name)
+        promotions = parking.promote(capacity, settings_for(app).park, task_name, STATES_SEEN[app])
     return published
 
 
@@ -420,7 +420,7 @@ def _promote_woken(
     client, settings = client_for(app)
     parking = Parking(client, settings.prefix, name)
     hold = LISTED_RETRY if noted_again and not last else 0.0
-    promotions, held_again = parking.unhold(settings.park, limit, hold)
+    promotions, held_again = parking.unhold(settings.park, limit, hold, STATES_SEEN[app])
     mine: list[str] = []
     try:
         _publish_all(app, parking, promotions, None, sent=mine)
@@ -490,7 +490,7 @@ def wake_name(app: Any, name: str, limit: str, asks: int | None = None, in_fligh
     for attempt in range(WAKE_TRIES):
         last = attempt == WAKE_TRIES - 1
         hold = LISTED_RETRY if asks is not None and not last else 0.0
-        promotions, held_again = parking.unhold(settings.park, limit, hold)
+        promotions, held_again = parking.unhold(settings.park, limit, hold, STATES_SEEN[app])
         ids: list[str] = []
         sent = _publish_all(app, parking, promotions, None, sent=ids)
         published += sent

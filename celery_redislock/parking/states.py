@@ -25,7 +25,13 @@ unguarded, and the park writes it again, guarded, when it drops the task.
 Celery's own states of the run (``STARTED``, ``SUCCESS``...) always come
 after it.  Where no state reaches anyone (no result backend and no
 events: :data:`STATES_SEEN`) nothing is written, so no guard is taken
-either, by a script or here.  Not guaranteed: a guard whose holder stalls longer than its TTL
+either, by a script or here.  The processes that share a lock Redis are
+assumed to agree on that: a worker whose states reach nobody promotes
+without waiting for another process's ``PARKED`` write, which a later
+``STARTED`` could then precede.  :data:`STATES_SEEN` is found once per
+process (and again at ``worker_init``): a result backend or
+``task_send_sent_event`` set after a process's first park call is not seen
+there.  Not guaranteed: a guard whose holder stalls longer than its TTL
 (:data:`GUARD_TTL`) lets the next write in; a lock Redis that fails during a
 write lets the write through unguarded (logged).
 """

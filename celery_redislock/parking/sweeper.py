@@ -10,9 +10,11 @@ with a new token, so their old copies are refused.
 
 Between sweeps it sleeps until the index's earliest time, at most one
 interval, and is woken early by the index's channel when a park call makes a
-sooner time the earliest (single server; on a cluster it wakes at least once
-per interval).  A due name is held for one second by the sweeper that took it,
-so the sweepers of many workers do not all promote it.  Started and stopped by
+sooner time the earliest and a rate's or a hold's time is part of it (single
+server; a time of holders' expiries and reservations' deadlines alone, and
+every time on a cluster, waits for its next look, within one interval).  A
+due name is held for one second by the sweeper that took it, so the
+sweepers of many workers do not all promote it.  Started and stopped by
 :mod:`celery_redislock.worker.lifecycle`.
 """
 

@@ -343,22 +343,28 @@ def test_a_park_whose_states_reach_nobody_takes_no_state_guard(
     """With no result backend and no task events, no state of a parked task
     is written anywhere, so no park script takes its state guard and nobody
     gives one back (``state_free.lua``: a round trip per ``PARKED`` and per
-    ``PROMOTED``).  A worker that sends task events (``-E``) still guards the
-    ``PROMOTED`` it sends.  Every call runs once either way."""
+    ``PROMOTED``): not the caller's enqueue, not the worker's arrival of a
+    message without a token (``send_task``), not a release's or the
+    sweeper's promotion.  A worker that sends task events (``-E``) still
+    guards the states it sends.  Every call runs once either way."""
     import redis
 
-    config = {**sweeping_config(redis_url, backend="none"), "park_sweep": "3600"}
+    config = sweeping_config(redis_url, backend="none")
     app = create_app(config)
     prefix = config["prefix"]
-    seen: list[str] = []
+    seen: list[str] = []  # every command on this prefix's keys
+    failed: list[BaseException] = []
     stop = threading.Event()
 
-    def watch() -> None:  # every command that touches a state guard of this prefix
-        with redis.Redis.from_url(redis_url).monitor() as monitor:
-            while not stop.is_set():
-                command = monitor.next_command()["command"]
-                if prefix in command and ":state:" in command:
-                    seen.append(command)
+    def watch() -> None:
+        try:
+            with redis.Redis.from_url(redis_url).monitor() as monitor:
+                while not stop.is_set():
+                    command = monitor.next_command()["command"]
+                    if prefix in command:
+                        seen.append(command)
+        except BaseException as exc:  # the test fails with it below
+            failed.append(exc)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -369,18 +375,22 @@ def test_a_park_whose_states_reach_nobody_takes_no_state_guard(
             key = f"k{uuid.uuid4().hex[:8]}"
             task = app.tasks["basic.parked"]
             ids = [task.delay(key, n, 0.3).id for n in range(6)]  # 2 reserved, 4 parked
-            wait_for(lambda: len(events(app, key, "end")) == 6, 90, message="all six ran")
+            # without a token: admitted or parked when they arrive at the worker
+            ids += [app.send_task("basic.parked", (key, n, 0.3)).id for n in range(6, 8)]
+            wait_for(lambda: len(events(app, key, "end")) == 8, 90, message="all eight ran")
             assert_all_ran_once(app, key, ids)
     finally:
         stop.set()
         redis.Redis.from_url(redis_url).ping()  # wakes the watcher to see it
         watcher.join(10)
-    assert not watcher.is_alive()
+    assert not watcher.is_alive() and not failed, failed
+    assert any(f"{{park:{key}}}:parked" in c for c in seen), "the watcher saw the park's commands"
+    guards = [c for c in seen if ":state:" in c]
     if worker_events:  # each release that promoted guarded its PROMOTED, and gave it back
-        assert any(c.startswith("SET ") and " NX " in c for c in seen), seen
-        assert any(c.startswith("DEL ") for c in seen), seen
+        assert any(c.startswith("SET ") and " NX " in c for c in guards), guards
+        assert any(c.startswith("DEL ") for c in guards), guards
     else:
-        assert seen == []
+        assert guards == []
 
 
 def test_park_bound_is_a_clear_error(redis_url: str, key: str) -> None:

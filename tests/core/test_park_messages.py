@@ -165,3 +165,54 @@ def test_only_publishes_that_no_copy_claimed_count_toward_max_publishes(
         wait_for(lambda: parking.status().overdue == 1, 10, message="the reservation lapsed")
         kinds += [p.kind for p in parking.promote(two, config, "t")]
     assert kinds == [PromotionKind.REPUBLISH, PromotionKind.UNCLAIMED]
+
+
+def test_where_states_are_not_seen_no_park_script_takes_a_state_guard(
+    redis_client: Any, prefix: str
+) -> None:
+    """``seen=False`` (parking/states.py ``STATES_SEEN``: no result backend,
+    no events): parking at enqueue and at arrival, and promoting by a
+    release, by the sweeper and by a listed limit's wake-up, take no state
+    guard; with ``seen`` (the default) each takes the guard of the task it
+    parks or promotes first."""
+    for seen in (False, True):
+        _promotions_by_each_path(redis_client, prefix, seen)
+
+
+def _promotions_by_each_path(redis_client: Any, prefix: str, seen: bool) -> None:
+    one, config = Capacity.semaphore(1), ParkConfig(deadline=30)
+    parking = Parking(redis_client, prefix, f"seen-{seen}")
+    base = f"{prefix}:{{seen-{seen}}}:state:"
+
+    def guards() -> list[str]:
+        return sorted(
+            k.decode().removeprefix(base) for k in redis_client.scan_iter(match=base + "*")
+        )
+
+    def lose(owner: str) -> None:  # the holder's lease is lost: its slot is free
+        assert redis_client.zrem(parking.keys.holders, owner) == 1
+
+    first = parking.enqueue("t0", one, "{}", 0, config, "t", seen=seen)
+    assert parking.claim("t0", str(first.token), "o0", 30, "{}", one, "t").token > 0
+    parked = [parking.enqueue(f"t{n}", one, "{}", 0, config, "t", seen=seen) for n in (1, 2, 3)]
+    arrived = parking.arrive("t4", one, "{}", 0, config, "o4", 30, "{}", "t", seen=seen)
+    assert {a.verdict for a in (*parked, arrived)} == {Verdict.PARKED}
+    assert [bool(a.guard) for a in (*parked, arrived)] == [seen] * 4
+    assert guards() == (["t1", "t2", "t3", "t4"] if seen else [])
+    for task_id in guards():
+        redis_client.delete(base + task_id)  # as their PARKED writes give them back
+    # a release promotes t1
+    held, promotions = parking.release("o0", one, config, "t", seen=seen)
+    assert held and [(p.task_id, bool(p.guard)) for p in promotions] == [("t1", seen)]
+    assert parking.claim("t1", str(promotions[0].token), "o1", 30, "{}", one, "t").token > 0
+    # the sweeper promotes t2 into the slot a lost lease freed
+    lose("o1")
+    promotions = parking.promote(None, config, seen=seen)
+    assert [(p.task_id, bool(p.guard)) for p in promotions] == [("t2", seen)]
+    assert parking.claim("t2", str(promotions[0].token), "o2", 30, "{}", one, "t").token > 0
+    # a listed limit's wake-up promotes t3
+    lose("o2")
+    assert parking.hold_for("L", 5)
+    promotions, _ = parking.unhold(config, "L", seen=seen)
+    assert [(p.task_id, bool(p.guard)) for p in promotions] == [("t3", seen)]
+    assert guards() == (["t1", "t2", "t3"] if seen else [])

@@ -196,6 +196,51 @@ def test_keys_outlive_a_lease_handed_off_by_a_park_release(redis_client: Any, pr
     assert redis_client.pttl(parking.keys.info) > 30_000
 
 
+def test_park_grants_keep_the_holder_keys_alive_past_every_lease(
+    redis_client: Any, prefix: str
+) -> None:
+    """A park grant extends the holder keys only when they would not outlive
+    it (includes/outlive_grants.lua), by at most 5 s more, never shortens
+    them below a longer lease already there, and gives keys a claim emptied
+    and made anew in one call (the reservation gone, the lease added) a TTL;
+    the info hash always lives as long as the holders zset.  An info hash
+    lost while holders remain admits no newcomer (its holders count as lock
+    holders), so no grant can leave it without a TTL."""
+    from celery_redislock.core.capacity import Capacity
+    from celery_redislock.core.park import ParkConfig, Parking, Verdict
+
+    two = Capacity.semaphore(2)
+    parking = Parking(redis_client, prefix, "outlive")
+    holders, info = parking.keys.holders, parking.keys.info
+
+    def ttls() -> tuple[int, int]:
+        return redis_client.pttl(holders), redis_client.pttl(info)
+
+    only = parking.enqueue("r0", two, "{}", 0, ParkConfig(deadline=60))
+    assert only.token and 60_000 - 1_000 <= ttls()[0] <= 65_000
+    # its claim removes the only holder (the zset goes) and adds the lease
+    assert parking.claim("r0", str(only.token), "o0", 10, "{}", two, "t").token > 0
+    holders_ttl, info_ttl = ttls()
+    assert 10_000 - 1_000 <= holders_ttl <= 15_000 and abs(info_ttl - holders_ttl) <= 50
+    # a reservation of 60 s beside it extends both; a 10 s lease after it shortens nothing
+    reserved = parking.enqueue("r1", two, "{}", 0, ParkConfig(deadline=60))
+    assert reserved.token and 60_000 - 1_000 <= ttls()[0] <= 65_000
+    assert parking.release("o0", two, ParkConfig())[0]
+    other = parking.enqueue("r2", two, "{}", 0, ParkConfig(deadline=60))
+    assert parking.claim("r2", str(other.token), "o2", 10, "{}", two, "t").token > 0
+    holders_ttl, info_ttl = ttls()
+    assert holders_ttl > 55_000 and abs(info_ttl - holders_ttl) <= 50
+    # a lease beyond the keys' TTL extends both, by at most 5 s more
+    assert parking.release("o2", two, ParkConfig())[0]
+    third = parking.enqueue("r3", two, "{}", 0, ParkConfig(deadline=60))
+    assert parking.claim("r3", str(third.token), "o3", 120, "{}", two, "t").token > 0
+    holders_ttl, info_ttl = ttls()
+    assert 120_000 - 1_000 <= holders_ttl <= 125_000 and abs(info_ttl - holders_ttl) <= 50
+    # the info hash lost while holders remain: no newcomer is admitted
+    redis_client.delete(info)
+    assert parking.enqueue("r4", two, "{}", 0, ParkConfig()).verdict is Verdict.PARKED
+
+
 def test_a_second_release_of_one_owner_frees_and_promotes_nothing(
     redis_client: Any, prefix: str
 ) -> None:

@@ -12,6 +12,7 @@
 -- ARGV[5] task         the caller's task name ("": none, the sweeper)
 -- ARGV[6] max_publishes  how often a task is published before it is given up
 --                      as unclaimed (0: no bound; see promote_parked())
+-- ARGV[7] guard        as park_release.lua's ARGV[11] ("0": no state guard)
 -- Returns {due, kind, id, token, envelope, guard, ...}: kind "p" promoted
 -- (publish the envelope with this token now; guard: the holder of its state
 -- guard, or ''), "r" the same for a task published before that no copy
@@ -25,6 +26,6 @@
 local limit = stored_limit(tonumber(ARGV[2]))
 local out = {0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
-  tonumber(ARGV[6]), true)
+  tonumber(ARGV[6]), ARGV[7] ~= '0')
 out[1] = next_due(limit, state.n, parked)
 return out

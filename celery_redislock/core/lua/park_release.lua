@@ -19,9 +19,10 @@
 --                      (as park_hold.lua) before anything is promoted, and the
 --                      caller notes the name behind them (limit_block.lua)
 -- ARGV[10] waits_for   that listed limit ("" with ARGV[9] 0)
--- ARGV[11] guard       "1": the first task promoted gets its state guard (its
---                      caller writes its PROMOTED, includes/promote_parked.lua);
---                      "0": the caller's states reach nobody, no guard
+-- ARGV[11] guard       "0": the caller's states reach nobody (no result
+--                      backend, no events), so no state guard is taken; else
+--                      the first task promoted gets its state guard (its
+--                      caller writes its PROMOTED, includes/promote_parked.lua)
 -- Returns {due, held, held_for, kind, id, token, envelope, guard, ...}: held as
 -- release.lua's reply; held_for 1 if the parked work is now held for
 -- ARGV[10]; the rest as park_promote.lua's; due -2 when nothing was parked or
@@ -54,6 +55,6 @@ if held_for == 1 then
   return out
 end
 local state, parked = promote_parked(limit, tonumber(ARGV[5]), tonumber(ARGV[6]), out, ARGV[7],
-  tonumber(ARGV[8]), ARGV[11] == '1')
+  tonumber(ARGV[8]), ARGV[11] ~= '0')
 out[1] = next_due(limit, state.n, parked)
 return out

@@ -20,6 +20,7 @@
 -- ARGV[6] max_publishes  as park_promote.lua's
 -- ARGV[7] limit        the listed limit that has room
 -- ARGV[8] hold_ms      how long the rest is held for it again (0: not held)
+-- ARGV[9] guard        as park_release.lua's ARGV[11] ("0": no state guard)
 -- Returns {due, held_again, kind, id, token, envelope, guard, ...}: due and
 -- the rest as park_promote.lua's; held_again 1 if the rest is held again.
 
@@ -36,7 +37,7 @@ if lifted then redis.call('HDEL', PMETA, 'lhold', 'lwait', 'lhead') end
 local limit = stored_limit(tonumber(ARGV[2]), meta[2])
 local out = {0, 0}
 local state, parked = promote_parked(limit, tonumber(ARGV[3]), tonumber(ARGV[4]), out, ARGV[5],
-  tonumber(ARGV[6]), true)
+  tonumber(ARGV[6]), ARGV[9] ~= '0')
 local hold_for = tonumber(ARGV[8])
 if lifted and hold_for > 0 and (out[3] == 'p' or out[3] == 'r') then
   parked = redis.call('ZCARD', PARK) > 0

@@ -18,7 +18,8 @@ local function next_due(raw_limit, n_holders, parked)
   local limit = limit_of(raw_limit)
   local due, timed = -1, false
   local function at(ms, is_timed)
-    if due < 0 or ms < due then due, timed = ms, is_timed or false end
+    if due < 0 or ms < due then due = ms end
+    timed = timed or is_timed or false
   end
   if parked == nil then parked = redis.call('ZCARD', PARK) > 0 end
   if parked then
@@ -57,12 +58,13 @@ local function next_due(raw_limit, n_holders, parked)
       redis.call('ZREM', INDEX, PNAME)
     else
       -- Sweepers sleep until the index's earliest time, one interval at
-      -- most: a timed due that becomes the earliest (a rate spacing
-      -- promotions, a hold) wakes them through WAKE, so a promotion is not
-      -- late by a sweep interval.  A holder's expiry or a reservation's
-      -- deadline (a crash, a lost message) waits for the next look, within
-      -- one interval, as on a Cluster: not reading the index's head for it
-      -- spares every call on a full name a command.
+      -- most: a due that becomes the earliest wakes them through WAKE when
+      -- a timed one (a rate spacing promotions, a hold) is among what it
+      -- was made of, so a promotion is not late by a sweep interval.  A due
+      -- of holders' expiries and reservations' deadlines alone (a crash, a
+      -- lost message) waits for the next look, within one interval, as on
+      -- a Cluster: not reading the index's head for it spares every call
+      -- on a full name a command.
       local sooner = false
       if timed and due > NOW_MS then  -- only a time to come is published as sooner
         local first = redis.call('ZRANGE', INDEX, 0, 0, 'WITHSCORES')

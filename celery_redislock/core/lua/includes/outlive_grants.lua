@@ -9,6 +9,9 @@
 -- outlive their last lease by GRANT_SLACK_MS at most (every reader judges a
 -- holder by its score, not by the key); they never expire before it.
 -- Only after grants: a removal only shortens what the keys must outlive.
+-- INFO cannot be left without a TTL here: a grant finds no INFO only when
+-- no holder is left (a holder whose entry is lost counts as a lock holder,
+-- entry_limit(), and refuses every newcomer), so HOLDERS is new too.
 local GRANT_SLACK_MS = 5000
 local granted_until
 --- @per_call begin

@@ -25,7 +25,7 @@
 --                    (SUPERSEDED_FIELD: the last fencing token handed out
 --                    and this task id);
 --   unseen           its caller's states reach nobody (no result backend,
---                    no events: parking/states.py state_is_seen()), so no
+--                    no events: parking/states.py STATES_SEEN), so no
 --                    state guard is taken for its PARKED (guard '').
 -- Returns park_enqueue.lua's reply: {'parked', n_parked, rate_wait_ms,
 -- replaced ids, guard, due} (guard: the holder of the task's state guard,

@@ -31,7 +31,7 @@
 -- unclaimed, token = how often it was published; guard '' for both).  Returns the holder state
 -- after it, and whether a task is left parked (nil: not known).  `guard`:
 -- false when the caller's states reach nobody (no result backend, no
--- events: parking/states.py state_is_seen()), so no guard is taken.
+-- events: parking/states.py STATES_SEEN), so no guard is taken.
 local function promote_parked(limit, deadline_ms, max, out, task, max_publishes, guard)
   purge_expired_holders()
   reclaim_overdue()
