@@ -408,7 +408,7 @@ class Parking:
                 PROMOTE_BATCH,
                 _field(task_name),
                 config.max_publishes,
-                1 if seen else 0,
+                int(seen),
             ],
         )
         return _promotions(reply[1:])
@@ -440,7 +440,7 @@ class Parking:
                 config.max_publishes,
                 limit,
                 _ms(hold) if hold else 0,
-                1 if seen else 0,
+                int(seen),
             ],
         )
         return _promotions(reply[2:]), bool(reply[1])
@@ -487,7 +487,7 @@ class Parking:
                 config.max_publishes,
                 _ms(hold) if limit else 0,
                 limit,
-                1 if seen else 0,
+                int(seen),
             ],
         )
         return bool(reply[1]), _promotions(reply[3:]), bool(reply[2])

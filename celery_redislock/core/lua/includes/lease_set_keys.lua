@@ -30,9 +30,9 @@
 -- lease or wait granted in it (a release that leaves others in it does not
 -- shorten it: fit_holder_ttl.lua runs after grants), or for the holder keys
 -- of a park script, at most GRANT_SLACK_MS (5 s) later (outlive_grants.lua),
--- and empty aggregates
--- vanish (the release of the last holder deletes the holder keys; keys left
--- with expired holders only expire with the latest lease granted in them),
+-- and empty aggregates vanish (the release of the last holder deletes the
+-- holder keys; keys left with expired holders only expire with the latest
+-- lease granted in them),
 -- so an idle name leaves only `fence` behind, and that for FENCE_MEMORY_MS
 -- (and an override an operator set).
 --
